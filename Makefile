@@ -1,0 +1,53 @@
+# tensorport: `make serve` sets everything up and serves examples/models; `make test` runs every test.
+
+PYTHON ?= python3
+VENV := .venv
+VENV_STAMP := $(VENV)/.installed
+PY := $(VENV)/bin/python
+MODEL_DIR ?= examples/models
+GRPC_PORT ?= 8500
+REST_PORT ?= 8501
+
+.PHONY: serve test venv build release lint fmt models perf-analyzer clean
+
+## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
+serve: venv release
+	target/release/tensorport serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
+
+## test: unit and integration tests (Rust), then the end-to-end suite against the real binary
+test: venv
+	cargo build --bins
+	cargo test
+	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest tests/python -q
+
+## venv: Python environment with ONNX Runtime (the server loads its library) and the test clients
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): requirements-dev.txt scripts/install-tfs-client.sh
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	scripts/install-tfs-client.sh $(VENV)
+	touch $@
+
+build:
+	cargo build
+
+release:
+	cargo build --release
+
+## lint: formatting and clippy, as CI runs them
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all
+
+## models: regenerate the example and test models
+models: venv
+	$(PY) scripts/make_example_models.py
+
+clean:
+	cargo clean
+	rm -rf $(VENV) .cache

@@ -1,0 +1,65 @@
+//! Response helpers shared by the REST protocols: JSON bodies and the `{"error": "..."}` shape
+//! both TF Serving and KServe specify.
+
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::error::Error;
+
+/// An error response: status from the mapping table, body `{"error": message}`.
+#[derive(Debug)]
+pub struct RestError {
+    status: StatusCode,
+    message: String,
+}
+
+impl RestError {
+    pub fn not_found_path(path: &str) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            message: format!("no such endpoint: {path}"),
+        }
+    }
+
+    pub fn method_not_allowed(method: &Method, path: &str) -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: format!("{method} is not allowed on {path}"),
+        }
+    }
+}
+
+impl From<Error> for RestError {
+    fn from(err: Error) -> Self {
+        let status = StatusCode::from_u16(err.kind().table().http_status)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        Self {
+            status,
+            message: err.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        let mut response = json_response(&serde_json::json!({ "error": self.message }));
+        *response.status_mut() = self.status;
+        response
+    }
+}
+
+/// A 200 response with `value` as its JSON body.
+pub fn json_response(value: &Value) -> Response {
+    raw_json_response(serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// A 200 response whose JSON body was already written.
+pub fn raw_json_response(body: Vec<u8>) -> Response {
+    let mut response = body.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

@@ -1,0 +1,205 @@
+//! `tensorflow.serving.PredictionService` and `tensorflow.serving.ModelService` over tonic.
+
+use std::sync::Arc;
+
+use prost::Message;
+use tonic::{Request, Response, Status};
+
+use super::{selector, signature_defs, tensor_proto, version_statuses};
+use crate::error::Error;
+use crate::infer::{InferService, Prediction};
+use crate::proto::tensorflow::serving::{
+    model_service_server::ModelService, model_spec::VersionChoice,
+    prediction_service_server::PredictionService, ClassificationRequest, ClassificationResponse,
+    GetModelMetadataRequest, GetModelMetadataResponse, GetModelStatusRequest,
+    GetModelStatusResponse, ModelSpec, ModelVersionStatus, MultiInferenceRequest,
+    MultiInferenceResponse, PredictRequest, PredictResponse, RegressionRequest, RegressionResponse,
+    ReloadConfigRequest, ReloadConfigResponse, SignatureDefMap, StatusProto,
+};
+use crate::repository::{LoadedModel, VersionSelector};
+
+/// The metadata field TF Serving clients ask for.
+const SIGNATURE_DEF_FIELD: &str = "signature_def";
+
+/// Both TF Serving gRPC services over one [`InferService`].
+#[derive(Clone)]
+pub struct TfServingGrpc {
+    infer: Arc<InferService>,
+}
+
+impl TfServingGrpc {
+    pub fn new(infer: Arc<InferService>) -> Self {
+        Self { infer }
+    }
+
+    fn resolve(&self, spec: Option<&ModelSpec>) -> Result<Arc<LoadedModel>, Error> {
+        let spec = spec.ok_or_else(|| Error::invalid("the request has no model_spec"))?;
+        self.infer.resolve(&spec.name, spec_selector(spec)?)
+    }
+}
+
+fn spec_selector(spec: &ModelSpec) -> Result<VersionSelector, Error> {
+    match &spec.version_choice {
+        Some(VersionChoice::Version(v)) => selector(Some(*v), None),
+        Some(VersionChoice::VersionLabel(label)) => selector(None, Some(label)),
+        None => selector(None, None),
+    }
+}
+
+/// The `model_spec` a response carries: the version that actually answered.
+fn answered_spec(model: &LoadedModel, signature: &str) -> ModelSpec {
+    ModelSpec {
+        name: model.name.clone(),
+        signature_name: signature.to_owned(),
+        version_choice: Some(VersionChoice::Version(model.version as i64)),
+    }
+}
+
+fn unimplemented(what: &str) -> Status {
+    Status::unimplemented(format!(
+        "{what} is not supported; use Predict, which serves every signature"
+    ))
+}
+
+#[tonic::async_trait]
+impl PredictionService for TfServingGrpc {
+    async fn classify(
+        &self,
+        _request: Request<ClassificationRequest>,
+    ) -> Result<Response<ClassificationResponse>, Status> {
+        Err(unimplemented("Classify"))
+    }
+
+    async fn regress(
+        &self,
+        _request: Request<RegressionRequest>,
+    ) -> Result<Response<RegressionResponse>, Status> {
+        Err(unimplemented("Regress"))
+    }
+
+    async fn predict(
+        &self,
+        request: Request<PredictRequest>,
+    ) -> Result<Response<PredictResponse>, Status> {
+        let request = request.into_inner();
+        let model = self.resolve(request.model_spec.as_ref())?;
+        let signature_name = request
+            .model_spec
+            .as_ref()
+            .map(|spec| spec.signature_name.as_str())
+            .unwrap_or_default();
+        let (signature, _) = model.signature(signature_name)?;
+        let limits = *self.infer.limits();
+        let inputs = request
+            .inputs
+            .into_iter()
+            .map(|(name, proto)| match tensor_proto::decode(proto, &limits) {
+                Ok(tensor) => Ok((name, tensor)),
+                Err(err) => Err(Error::from(err.in_input(&name))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let result = self
+            .infer
+            .predict(Prediction {
+                model,
+                signature,
+                inputs,
+                output_filter: request.output_filter,
+            })
+            .await?;
+        let outputs = result
+            .outputs
+            .iter()
+            .map(|(name, tensor)| (name.clone(), tensor_proto::encode(tensor)))
+            .collect();
+        Ok(Response::new(PredictResponse {
+            model_spec: Some(answered_spec(&result.model, &result.signature().name)),
+            outputs,
+        }))
+    }
+
+    async fn multi_inference(
+        &self,
+        _request: Request<MultiInferenceRequest>,
+    ) -> Result<Response<MultiInferenceResponse>, Status> {
+        Err(unimplemented("MultiInference"))
+    }
+
+    async fn get_model_metadata(
+        &self,
+        request: Request<GetModelMetadataRequest>,
+    ) -> Result<Response<GetModelMetadataResponse>, Status> {
+        let request = request.into_inner();
+        if request.metadata_field.is_empty() {
+            return Err(
+                Error::invalid("metadata_field is empty; ask for \"signature_def\"").into(),
+            );
+        }
+        if let Some(field) = request
+            .metadata_field
+            .iter()
+            .find(|field| *field != SIGNATURE_DEF_FIELD)
+        {
+            return Err(Error::invalid(format!(
+                "metadata field '{field}' is not supported; the supported field is \"signature_def\""
+            ))
+            .into());
+        }
+        let model = self.resolve(request.model_spec.as_ref())?;
+        let map = SignatureDefMap {
+            signature_def: signature_defs(&model),
+        };
+        let any = prost_types::Any {
+            type_url: "type.googleapis.com/tensorflow.serving.SignatureDefMap".to_owned(),
+            value: map.encode_to_vec(),
+        };
+        Ok(Response::new(GetModelMetadataResponse {
+            model_spec: Some(answered_spec(&model, "")),
+            metadata: [(SIGNATURE_DEF_FIELD.to_owned(), any)].into(),
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl ModelService for TfServingGrpc {
+    async fn get_model_status(
+        &self,
+        request: Request<GetModelStatusRequest>,
+    ) -> Result<Response<GetModelStatusResponse>, Status> {
+        let request = request.into_inner();
+        let spec = request
+            .model_spec
+            .ok_or_else(|| Error::invalid("the request has no model_spec"))?;
+        if spec.name.is_empty() {
+            return Err(Error::invalid("the request names no model").into());
+        }
+        let version = match spec_selector(&spec)? {
+            VersionSelector::Latest => None,
+            VersionSelector::Specific(v) => Some(v),
+        };
+        let record = self.infer.repository().model(&spec.name)?;
+        let model_version_status = version_statuses(record, version)?
+            .into_iter()
+            .map(|row| ModelVersionStatus {
+                version: row.version as i64,
+                state: row.state as i32,
+                status: Some(StatusProto {
+                    error_code: row.error_code as i32,
+                    error_message: row.error_message,
+                }),
+            })
+            .collect();
+        Ok(Response::new(GetModelStatusResponse {
+            model_version_status,
+        }))
+    }
+
+    async fn handle_reload_config_request(
+        &self,
+        _request: Request<ReloadConfigRequest>,
+    ) -> Result<Response<ReloadConfigResponse>, Status> {
+        Err(Status::unimplemented(
+            "reloading the model config is not supported yet; models are loaded from --model-dir at start",
+        ))
+    }
+}

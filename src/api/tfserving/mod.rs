@@ -1,0 +1,126 @@
+//! The TensorFlow Serving API: gRPC `PredictionService` / `ModelService` and the `/v1` REST API.
+//!
+//! Both transports share what is here: how a model spec selects a version, and the status and
+//! metadata views of a model.
+
+pub mod grpc;
+pub mod rest;
+pub mod tensor_proto;
+
+use std::collections::HashMap;
+
+use crate::backend::Signature;
+use crate::error::Error;
+use crate::proto::tensorflow::error::Code as TfCode;
+use crate::proto::tensorflow::serving::model_version_status::State;
+use crate::proto::tensorflow::{tensor_info, SignatureDef, TensorInfo};
+use crate::repository::{LoadedModel, ModelRecord, VersionRecord, VersionSelector};
+
+/// TF Serving's method name for predict signatures.
+pub const PREDICT_METHOD: &str = "tensorflow/serving/predict";
+
+/// The version a request asks for by number or label.
+pub fn selector(version: Option<i64>, label: Option<&str>) -> Result<VersionSelector, Error> {
+    match (version, label) {
+        (Some(v), _) => u64::try_from(v)
+            .ok()
+            .filter(|&v| v > 0)
+            .map(VersionSelector::Specific)
+            .ok_or_else(|| {
+                Error::invalid(format!("model versions are positive integers, got {v}"))
+            }),
+        (None, Some(label)) => Err(Error::invalid(format!(
+            "unknown version label '{label}': no labels are assigned"
+        ))),
+        (None, None) => Ok(VersionSelector::Latest),
+    }
+}
+
+/// One row of a model's status, as both transports report it.
+pub struct VersionStatus {
+    pub version: u64,
+    pub state: State,
+    pub error_code: TfCode,
+    pub error_message: String,
+}
+
+/// The status of the versions of `record` (all, or just `version`).
+pub fn version_statuses(
+    record: &ModelRecord,
+    version: Option<u64>,
+) -> Result<Vec<VersionStatus>, Error> {
+    let rows: Vec<VersionStatus> = record
+        .versions
+        .iter()
+        .filter(|(v, _)| version.is_none_or(|want| want == **v))
+        .map(|(&version, state)| match state {
+            VersionRecord::Available(_) => VersionStatus {
+                version,
+                state: State::Available,
+                error_code: TfCode::Ok,
+                error_message: String::new(),
+            },
+            VersionRecord::Failed(reason) => VersionStatus {
+                version,
+                state: State::End,
+                error_code: TfCode::Unknown,
+                error_message: reason.clone(),
+            },
+        })
+        .collect();
+    match (version, rows.is_empty()) {
+        (Some(version), true) => Err(Error::VersionNotFound {
+            model: record.name.clone(),
+            version,
+        }),
+        (None, true) => Err(Error::NoAvailableVersion {
+            model: record.name.clone(),
+            reason: None,
+        }),
+        _ => Ok(rows),
+    }
+}
+
+/// TF Serving's spelling of a version state in REST bodies.
+pub fn state_name(state: State) -> &'static str {
+    match state {
+        State::Unknown => "UNKNOWN",
+        State::Start => "START",
+        State::Loading => "LOADING",
+        State::Available => "AVAILABLE",
+        State::Unloading => "UNLOADING",
+        State::End => "END",
+    }
+}
+
+/// A model's signatures as TF `SignatureDef`s keyed by name.
+pub fn signature_defs(model: &LoadedModel) -> HashMap<String, SignatureDef> {
+    model
+        .backend
+        .signatures()
+        .iter()
+        .map(|sig| (sig.name.clone(), signature_def(sig)))
+        .collect()
+}
+
+fn signature_def(sig: &Signature) -> SignatureDef {
+    let infos = |specs: &[crate::backend::TensorSpec]| {
+        specs
+            .iter()
+            .map(|spec| {
+                let info = TensorInfo {
+                    encoding: Some(tensor_info::Encoding::Name(spec.name.clone())),
+                    dtype: tensor_proto::tf_dtype(spec.dtype) as i32,
+                    tensor_shape: Some(tensor_proto::shape_proto(spec.shape.iter().copied())),
+                };
+                (spec.name.clone(), info)
+            })
+            .collect()
+    };
+    SignatureDef {
+        inputs: infos(&sig.inputs),
+        outputs: infos(&sig.outputs),
+        method_name: PREDICT_METHOD.to_owned(),
+        defaults: HashMap::new(),
+    }
+}

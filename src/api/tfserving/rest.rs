@@ -1,0 +1,553 @@
+//! TF Serving's REST API under `/v1/models/...`.
+//!
+//! axum cannot route `{name}:predict` (one parameter per segment), so everything under
+//! `/v1/models/` arrives here and [`RestTarget::parse`] splits the path itself.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use axum::Router;
+use serde_json::{json, Map, Value};
+
+use super::{selector, signature_defs, state_name, version_statuses, PREDICT_METHOD};
+use crate::api::json_tensor::{decode_rows, decode_value, write_json_str, write_tensor};
+use crate::api::rest_util::{json_response, RestError};
+use crate::backend::{NamedTensor, Signature};
+use crate::error::Error;
+use crate::infer::{InferService, Prediction, PredictionResult};
+use crate::repository::VersionSelector;
+
+/// The `/v1` routes.
+pub fn routes(infer: Arc<InferService>) -> Router {
+    Router::new()
+        .route("/v1/models/{*rest}", any(dispatch))
+        .with_state(infer)
+}
+
+/// What a `/v1/models/...` path names.
+#[derive(Debug, PartialEq)]
+enum RestTarget<'p> {
+    Status {
+        model: &'p str,
+        version: Option<&'p str>,
+    },
+    Metadata {
+        model: &'p str,
+        version: VersionRef<'p>,
+    },
+    Verb {
+        model: &'p str,
+        version: VersionRef<'p>,
+        verb: &'p str,
+    },
+}
+
+#[derive(Debug, PartialEq, Clone, Copy)]
+enum VersionRef<'p> {
+    Latest,
+    Number(&'p str),
+    Label(&'p str),
+}
+
+impl<'p> RestTarget<'p> {
+    fn parse(path: &'p str) -> Option<Self> {
+        let (resource, verb) = match path.rsplit_once(':') {
+            Some((resource, verb)) => (resource, Some(verb)),
+            None => (path, None),
+        };
+        let segments: Vec<&str> = resource.split('/').collect();
+        let (model, version, rest) = match segments.as_slice() {
+            [model, rest @ ..] if !model.is_empty() => match rest {
+                ["versions", v, tail @ ..] => (*model, VersionRef::Number(v), tail),
+                ["labels", l, tail @ ..] => (*model, VersionRef::Label(l), tail),
+                tail => (*model, VersionRef::Latest, tail),
+            },
+            _ => return None,
+        };
+        match (rest, verb) {
+            ([], Some(verb)) => Some(Self::Verb {
+                model,
+                version,
+                verb,
+            }),
+            (["metadata"], None) => Some(Self::Metadata { model, version }),
+            ([], None) => match version {
+                VersionRef::Latest => Some(Self::Status {
+                    model,
+                    version: None,
+                }),
+                VersionRef::Number(v) => Some(Self::Status {
+                    model,
+                    version: Some(v),
+                }),
+                VersionRef::Label(_) => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+fn version_selector(version: VersionRef<'_>) -> Result<VersionSelector, Error> {
+    match version {
+        VersionRef::Latest => Ok(VersionSelector::Latest),
+        VersionRef::Number(text) => parse_version_text(text).map(VersionSelector::Specific),
+        VersionRef::Label(label) => selector(None, Some(label)),
+    }
+}
+
+fn parse_version_text(text: &str) -> Result<u64, Error> {
+    text.parse::<u64>().ok().filter(|&v| v > 0).ok_or_else(|| {
+        Error::invalid(format!(
+            "'{text}' is not a model version (a positive integer)"
+        ))
+    })
+}
+
+async fn dispatch(
+    State(infer): State<Arc<InferService>>,
+    method: Method,
+    Path(rest): Path<String>,
+    body: Bytes,
+) -> Response {
+    let result = match (RestTarget::parse(&rest), &method) {
+        (Some(RestTarget::Status { model, version }), &Method::GET) => {
+            status(&infer, model, version)
+        }
+        (Some(RestTarget::Metadata { model, version }), &Method::GET) => {
+            metadata(&infer, model, version)
+        }
+        (
+            Some(RestTarget::Verb {
+                model,
+                version,
+                verb: "predict",
+            }),
+            &Method::POST,
+        ) => predict(&infer, model, version, &body).await,
+        (
+            Some(RestTarget::Verb {
+                verb: verb @ ("classify" | "regress"),
+                ..
+            }),
+            &Method::POST,
+        ) => Err(Error::Unimplemented(format!(
+            "{verb} is not supported; use :predict, which serves every signature"
+        ))),
+        (Some(RestTarget::Verb { verb, .. }), &Method::POST) => Err(Error::invalid(format!(
+            "unknown verb ':{verb}'; the REST API supports :predict"
+        ))),
+        (Some(_), _) => {
+            return RestError::method_not_allowed(&method, &format!("/v1/models/{rest}"))
+                .into_response()
+        }
+        (None, _) => {
+            return RestError::not_found_path(&format!("/v1/models/{rest}")).into_response()
+        }
+    };
+    match result {
+        Ok(response) => response,
+        Err(err) => RestError::from(err).into_response(),
+    }
+}
+
+fn status(infer: &InferService, model: &str, version: Option<&str>) -> Result<Response, Error> {
+    let version = version.map(parse_version_text).transpose()?;
+    let record = infer.repository().model(model)?;
+    let rows: Vec<Value> = version_statuses(record, version)?
+        .into_iter()
+        .map(|row| {
+            json!({
+                "version": row.version.to_string(),
+                "state": state_name(row.state),
+                "status": {
+                    "error_code": row.error_code.as_str_name(),
+                    "error_message": row.error_message,
+                },
+            })
+        })
+        .collect();
+    Ok(json_response(&json!({ "model_version_status": rows })))
+}
+
+fn metadata(infer: &InferService, model: &str, version: VersionRef<'_>) -> Result<Response, Error> {
+    let model = infer.resolve(model, version_selector(version)?)?;
+    let defs: Map<String, Value> = signature_defs(&model)
+        .into_iter()
+        .map(|(name, def)| {
+            let infos = |infos: &std::collections::HashMap<
+                String,
+                crate::proto::tensorflow::TensorInfo,
+            >| {
+                infos
+                    .iter()
+                    .map(|(key, info)| {
+                        let dims: Vec<Value> = info
+                            .tensor_shape
+                            .iter()
+                            .flat_map(|shape| shape.dim.iter())
+                            .map(|d| json!({ "size": d.size.to_string(), "name": d.name }))
+                            .collect();
+                        let dtype = crate::proto::tensorflow::DataType::try_from(info.dtype)
+                            .map(|d| d.as_str_name())
+                            .unwrap_or("DT_INVALID");
+                        let name = match &info.encoding {
+                            Some(crate::proto::tensorflow::tensor_info::Encoding::Name(n)) => {
+                                n.clone()
+                            }
+                            _ => String::new(),
+                        };
+                        (
+                            key.clone(),
+                            json!({
+                                "dtype": dtype,
+                                "tensor_shape": { "dim": dims, "unknown_rank": false },
+                                "name": name,
+                            }),
+                        )
+                    })
+                    .collect::<Map<String, Value>>()
+            };
+            (
+                name,
+                json!({
+                    "inputs": infos(&def.inputs),
+                    "outputs": infos(&def.outputs),
+                    "method_name": PREDICT_METHOD,
+                }),
+            )
+        })
+        .collect();
+    Ok(json_response(&json!({
+        "model_spec": {
+            "name": model.name,
+            "signature_name": "",
+            "version": model.version.to_string(),
+        },
+        "metadata": { "signature_def": { "signature_def": defs } },
+    })))
+}
+
+/// The two request layouts TF Serving accepts.
+enum Layout<'b> {
+    /// `"instances"`: one entry per batch row.
+    Rows(&'b [Value]),
+    /// `"inputs"`: whole tensors.
+    Columns(&'b Value),
+}
+
+async fn predict(
+    infer: &InferService,
+    model: &str,
+    version: VersionRef<'_>,
+    body: &[u8],
+) -> Result<Response, Error> {
+    let parsed: Value = serde_json::from_slice(body)
+        .map_err(|err| Error::invalid(format!("the request body is not valid JSON: {err}")))?;
+    let Value::Object(fields) = &parsed else {
+        return Err(Error::invalid("the request body must be a JSON object"));
+    };
+    let signature_name = match fields.get("signature_name") {
+        None => "",
+        Some(Value::String(name)) => name.as_str(),
+        Some(_) => return Err(Error::invalid("\"signature_name\" must be a string")),
+    };
+    let layout = match (fields.get("instances"), fields.get("inputs")) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(
+                "the request has both \"instances\" and \"inputs\"; use one of them",
+            ))
+        }
+        (Some(Value::Array(rows)), None) if !rows.is_empty() => Layout::Rows(rows),
+        (Some(Value::Array(_)), None) => {
+            return Err(Error::invalid(
+                "\"instances\" is empty; give at least one instance",
+            ))
+        }
+        (Some(_), None) => return Err(Error::invalid("\"instances\" must be a JSON array")),
+        (None, Some(columns)) => Layout::Columns(columns),
+        (None, None) => return Err(Error::invalid(
+            "the request has neither \"instances\" (row format) nor \"inputs\" (columnar format)",
+        )),
+    };
+
+    let model = infer.resolve(model, version_selector(version)?)?;
+    let (signature, sig) = model.signature(signature_name)?;
+    let inputs = match layout {
+        Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
+        Layout::Columns(columns) => column_inputs(sig, columns, infer)?,
+    };
+    let row_format = matches!(layout, Layout::Rows(_));
+    let result = infer
+        .predict(Prediction {
+            model,
+            signature,
+            inputs,
+            output_filter: Vec::new(),
+        })
+        .await?;
+    let body = if row_format {
+        predictions_body(&result)?
+    } else {
+        outputs_body(&result)?
+    };
+    Ok(crate::api::rest_util::raw_json_response(body))
+}
+
+/// An instance is "named" when it is a JSON object other than `{"b64": ...}`.
+fn named(value: &Value) -> Option<&Map<String, Value>> {
+    match value {
+        Value::Object(map) if !(map.len() == 1 && map.contains_key("b64")) => Some(map),
+        _ => None,
+    }
+}
+
+fn row_inputs(
+    sig: &Signature,
+    rows: &[Value],
+    infer: &InferService,
+) -> Result<Vec<NamedTensor>, Error> {
+    let limits = infer.limits();
+    let first_named = rows.first().and_then(named);
+    if first_named.is_none() {
+        // Bare values: allowed when the signature has a single input.
+        let [spec] = sig.inputs.as_slice() else {
+            return Err(Error::invalid(format!(
+                "the signature has {} inputs ({}); each instance must be an object naming them",
+                sig.inputs.len(),
+                sig.input_names()
+            )));
+        };
+        if rows.iter().any(|row| named(row).is_some()) {
+            return Err(Error::invalid(
+                "instances mix named objects and bare values",
+            ));
+        }
+        let refs: Vec<&Value> = rows.iter().collect();
+        let tensor = decode_rows(&refs, spec.dtype, limits).map_err(|e| e.in_input(&spec.name))?;
+        return Ok(vec![(spec.name.clone(), tensor)]);
+    }
+    let mut objects = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        let object = named(row).ok_or_else(|| {
+            Error::invalid(format!("instance {i} is not an object, unlike instance 0"))
+        })?;
+        objects.push(object);
+    }
+    let keys = objects
+        .first()
+        .map(|o| o.keys().collect::<Vec<_>>())
+        .unwrap_or_default();
+    for key in &keys {
+        if sig.input(key).is_none() {
+            return Err(Error::invalid(format!(
+                "unknown input '{key}'; the signature's inputs are: {}",
+                sig.input_names()
+            )));
+        }
+    }
+    let mut inputs = Vec::with_capacity(keys.len());
+    for spec in &sig.inputs {
+        let mut values = Vec::with_capacity(objects.len());
+        for (i, object) in objects.iter().enumerate() {
+            match object.get(&spec.name) {
+                Some(value) => values.push(value),
+                None if i == 0 => {
+                    return Err(Error::invalid(format!(
+                        "missing input '{}'; the signature's inputs are: {}",
+                        spec.name,
+                        sig.input_names()
+                    )))
+                }
+                None => {
+                    return Err(Error::invalid(format!(
+                        "instance {i} lacks input '{}', which instance 0 has",
+                        spec.name
+                    )))
+                }
+            }
+        }
+        if let Some((i, _)) = objects
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.len() != keys.len())
+        {
+            return Err(Error::invalid(format!(
+                "instance {i} has different keys from instance 0"
+            )));
+        }
+        let tensor =
+            decode_rows(&values, spec.dtype, limits).map_err(|e| e.in_input(&spec.name))?;
+        inputs.push((spec.name.clone(), tensor));
+    }
+    Ok(inputs)
+}
+
+fn column_inputs(
+    sig: &Signature,
+    columns: &Value,
+    infer: &InferService,
+) -> Result<Vec<NamedTensor>, Error> {
+    let limits = infer.limits();
+    let Some(map) = named(columns) else {
+        let [spec] = sig.inputs.as_slice() else {
+            return Err(Error::invalid(format!(
+                "the signature has {} inputs ({}); \"inputs\" must be an object naming them",
+                sig.inputs.len(),
+                sig.input_names()
+            )));
+        };
+        let tensor =
+            decode_value(columns, spec.dtype, limits).map_err(|e| e.in_input(&spec.name))?;
+        return Ok(vec![(spec.name.clone(), tensor)]);
+    };
+    map.iter()
+        .map(|(name, value)| {
+            let spec = sig.input(name).ok_or_else(|| {
+                Error::invalid(format!(
+                    "unknown input '{name}'; the signature's inputs are: {}",
+                    sig.input_names()
+                ))
+            })?;
+            let tensor = decode_value(value, spec.dtype, limits).map_err(|e| e.in_input(name))?;
+            Ok((name.clone(), tensor))
+        })
+        .collect()
+}
+
+/// TF Serving writes outputs whose name ends in `_bytes` as base64.
+fn binary_output(name: &str) -> bool {
+    name.ends_with("_bytes")
+}
+
+/// `{"predictions": [...]}`: one entry per row; an object per row when there are several outputs.
+fn predictions_body(result: &PredictionResult) -> Result<Vec<u8>, Error> {
+    let batch = result
+        .outputs
+        .first()
+        .and_then(|(_, t)| t.shape().first().copied())
+        .unwrap_or(0);
+    for (name, tensor) in &result.outputs {
+        if tensor.shape().first() != Some(&batch) {
+            return Err(Error::invalid(format!(
+                "output '{name}' has shape {:?}, which does not share the batch size {batch} of the other outputs; use the columnar \"inputs\" format",
+                tensor.shape()
+            )));
+        }
+    }
+    let mut out = Vec::with_capacity(64 + batch * 16);
+    out.extend_from_slice(b"{\"predictions\":[");
+    for row in 0..batch {
+        if row > 0 {
+            out.push(b',');
+        }
+        match result.outputs.as_slice() {
+            [(name, tensor)] => write_tensor(&mut out, tensor, Some(row), binary_output(name))?,
+            outputs => {
+                out.push(b'{');
+                for (i, (name, tensor)) in outputs.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_json_str(&mut out, name);
+                    out.push(b':');
+                    write_tensor(&mut out, tensor, Some(row), binary_output(name))?;
+                }
+                out.push(b'}');
+            }
+        }
+    }
+    out.extend_from_slice(b"]}");
+    Ok(out)
+}
+
+/// `{"outputs": value}` for one output, `{"outputs": {"name": value, ...}}` for several.
+fn outputs_body(result: &PredictionResult) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(b"{\"outputs\":");
+    match result.outputs.as_slice() {
+        [(name, tensor)] => write_tensor(&mut out, tensor, None, binary_output(name))?,
+        outputs => {
+            out.push(b'{');
+            for (i, (name, tensor)) in outputs.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json_str(&mut out, name);
+                out.push(b':');
+                write_tensor(&mut out, tensor, None, binary_output(name))?;
+            }
+            out.push(b'}');
+        }
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_path_form() {
+        use RestTarget::*;
+        use VersionRef::*;
+        assert_eq!(
+            RestTarget::parse("m"),
+            Some(Status {
+                model: "m",
+                version: None
+            })
+        );
+        assert_eq!(
+            RestTarget::parse("m/versions/3"),
+            Some(Status {
+                model: "m",
+                version: Some("3")
+            })
+        );
+        assert_eq!(
+            RestTarget::parse("m/metadata"),
+            Some(Metadata {
+                model: "m",
+                version: Latest
+            })
+        );
+        assert_eq!(
+            RestTarget::parse("m/versions/3/metadata"),
+            Some(Metadata {
+                model: "m",
+                version: Number("3")
+            })
+        );
+        assert_eq!(
+            RestTarget::parse("m:predict"),
+            Some(Verb {
+                model: "m",
+                version: Latest,
+                verb: "predict"
+            })
+        );
+        assert_eq!(
+            RestTarget::parse("m/versions/2:predict"),
+            Some(Verb {
+                model: "m",
+                version: Number("2"),
+                verb: "predict"
+            })
+        );
+        assert_eq!(
+            RestTarget::parse("m/labels/stable:predict"),
+            Some(Verb {
+                model: "m",
+                version: Label("stable"),
+                verb: "predict"
+            })
+        );
+        assert_eq!(RestTarget::parse(""), None);
+        assert_eq!(RestTarget::parse("m/other"), None);
+    }
+}

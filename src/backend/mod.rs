@@ -1,0 +1,58 @@
+//! The seam between the protocols and the runtimes.
+//!
+//! A [`Backend`] is one loaded model version. It states its signatures and runs already
+//! validated inputs; it owns whatever threads or sessions its runtime needs and is called from
+//! a blocking context, never from the async reactor.
+
+pub mod onnx;
+pub mod onnx_library;
+mod signature;
+
+pub use signature::{Signature, TensorSpec, DEFAULT_SIGNATURE};
+
+use crate::error::ErrorKind;
+use crate::tensor::Tensor;
+
+/// A named tensor, as inputs and outputs travel through a backend.
+pub type NamedTensor = (String, Tensor);
+
+/// One loaded model version, ready to run.
+pub trait Backend: Send + Sync {
+    /// The runtime's name as Triton reports it (`onnxruntime_onnx`, ...).
+    fn platform(&self) -> &'static str;
+
+    /// Every signature the model can be called through; the first is the default.
+    fn signatures(&self) -> &[Signature];
+
+    /// Runs `signature` on `inputs` (already checked against it) and returns the requested
+    /// `outputs` in that order. Blocks the calling thread.
+    fn run(
+        &self,
+        signature: &Signature,
+        inputs: Vec<NamedTensor>,
+        outputs: &[String],
+    ) -> Result<Vec<NamedTensor>, BackendError>;
+}
+
+/// Failures inside a runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("cannot load the ONNX Runtime library: {0}")]
+    Library(String),
+    #[error("cannot load model {path}: {message}")]
+    Load { path: String, message: String },
+    /// The runtime refused the inputs (e.g. an id out of an embedding table's range).
+    #[error("the model rejected the inputs: {0}")]
+    InvalidInput(String),
+    #[error("inference failed: {0}")]
+    Runtime(String),
+}
+
+impl BackendError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidInput(_) => ErrorKind::InvalidArgument,
+            Self::Library(_) | Self::Load { .. } | Self::Runtime(_) => ErrorKind::Internal,
+        }
+    }
+}

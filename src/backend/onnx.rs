@@ -1,0 +1,300 @@
+//! ONNX models on ONNX Runtime through `ort` (loaded at run time from `libonnxruntime.so`).
+//!
+//! Inputs reach the runtime as tensors over the request's own bytes (`TensorRef`), so a request
+//! that runs alone is not copied; outputs stay in the buffers the runtime allocated and are
+//! handed to the protocol encoders as `Bytes` that own them.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use ort::environment::Environment;
+use ort::session::{Session, SessionInputValue};
+use ort::value::{
+    DynValue, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, TensorRef,
+    Utf8Data, ValueType,
+};
+
+use super::{Backend, BackendError, NamedTensor, Signature, TensorSpec, DEFAULT_SIGNATURE};
+use crate::tensor::{DataType, DecodeError, Element, Tensor};
+
+/// Thread settings for one session; 0 leaves the choice to ONNX Runtime.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OnnxThreads {
+    pub intra_op: usize,
+    pub inter_op: usize,
+}
+
+/// The loaded ONNX Runtime library and its environment. Created once in `main` (or a test)
+/// and shared by every ONNX model.
+pub struct OnnxRuntime {
+    env: Environment,
+}
+
+impl OnnxRuntime {
+    /// Loads `libonnxruntime` from `library`. Loading is process-wide: a second call with a
+    /// different path keeps the first library.
+    pub fn load(library: &Path) -> Result<Self, BackendError> {
+        let env = ort::init_from(library)
+            .map_err(|err| BackendError::Library(err.to_string()))?
+            .with_name("tensorport")
+            .with_telemetry(false)
+            .build()
+            .map_err(|err| BackendError::Library(err.to_string()))?;
+        Ok(Self { env })
+    }
+
+    /// Loads the model file at `path` and reads its signature.
+    pub fn load_model(&self, path: &Path, threads: OnnxThreads) -> Result<OnnxModel, BackendError> {
+        let load_error = |message: String| BackendError::Load {
+            path: path.display().to_string(),
+            message,
+        };
+        let mut builder = Session::builder(&self.env).map_err(|err| load_error(err.to_string()))?;
+        if threads.intra_op > 0 {
+            builder = builder
+                .with_intra_threads(threads.intra_op)
+                .map_err(|err| load_error(err.to_string()))?;
+        }
+        if threads.inter_op > 0 {
+            builder = builder
+                .with_inter_threads(threads.inter_op)
+                .map_err(|err| load_error(err.to_string()))?;
+        }
+        let session = builder
+            .commit_from_file(path)
+            .map_err(|err| load_error(err.to_string()))?;
+        let signature = Signature {
+            name: DEFAULT_SIGNATURE.to_owned(),
+            inputs: specs(session.inputs()).map_err(load_error)?,
+            outputs: specs(session.outputs()).map_err(load_error)?,
+        };
+        Ok(OnnxModel {
+            session: Mutex::new(session),
+            signatures: vec![signature],
+        })
+    }
+}
+
+/// One ONNX model version.
+pub struct OnnxModel {
+    /// `ort` runs a session through `&mut`; runs of one version are serialised here, and each
+    /// run parallelises internally on the session's intra-op threads.
+    session: Mutex<Session>,
+    signatures: Vec<Signature>,
+}
+
+impl Backend for OnnxModel {
+    fn platform(&self) -> &'static str {
+        "onnxruntime_onnx"
+    }
+
+    fn signatures(&self) -> &[Signature] {
+        &self.signatures
+    }
+
+    fn run(
+        &self,
+        _signature: &Signature,
+        inputs: Vec<NamedTensor>,
+        outputs: &[String],
+    ) -> Result<Vec<NamedTensor>, BackendError> {
+        let values = inputs
+            .iter()
+            .map(|(name, tensor)| {
+                input_value(tensor)
+                    .map(|value| (name.as_str(), value))
+                    .map_err(|err| BackendError::InvalidInput(err.in_input(name).to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut session = self
+            .session
+            .lock()
+            .map_err(|_| BackendError::Runtime("the session lock is poisoned".into()))?;
+        let mut results = session.run(values).map_err(run_error)?;
+        outputs
+            .iter()
+            .map(|name| {
+                let value = results.remove(name).ok_or_else(|| {
+                    BackendError::Runtime(format!("the runtime returned no output '{name}'"))
+                })?;
+                Ok((name.clone(), output_tensor(value)?))
+            })
+            .collect()
+    }
+}
+
+fn run_error(err: ort::Error) -> BackendError {
+    match err.code() {
+        ort::ErrorCode::InvalidArgument => BackendError::InvalidInput(err.message().to_owned()),
+        _ => BackendError::Runtime(err.to_string()),
+    }
+}
+
+fn specs(outlets: &[ort::value::Outlet]) -> Result<Vec<TensorSpec>, String> {
+    outlets
+        .iter()
+        .map(|outlet| match outlet.dtype() {
+            ValueType::Tensor { ty, shape, .. } => Ok(TensorSpec {
+                name: outlet.name().to_owned(),
+                dtype: data_type(*ty).ok_or_else(|| {
+                    format!("'{}' has unsupported element type {ty}", outlet.name())
+                })?,
+                shape: shape
+                    .iter()
+                    .map(|&dim| if dim < 0 { -1 } else { dim })
+                    .collect(),
+            }),
+            other => Err(format!("'{}' is a {other}, not a tensor", outlet.name())),
+        })
+        .collect()
+}
+
+fn data_type(ty: TensorElementType) -> Option<DataType> {
+    Some(match ty {
+        TensorElementType::Bool => DataType::Bool,
+        TensorElementType::Uint8 => DataType::U8,
+        TensorElementType::Uint16 => DataType::U16,
+        TensorElementType::Uint32 => DataType::U32,
+        TensorElementType::Uint64 => DataType::U64,
+        TensorElementType::Int8 => DataType::I8,
+        TensorElementType::Int16 => DataType::I16,
+        TensorElementType::Int32 => DataType::I32,
+        TensorElementType::Int64 => DataType::I64,
+        TensorElementType::Float16 => DataType::F16,
+        TensorElementType::Bfloat16 => DataType::BF16,
+        TensorElementType::Float32 => DataType::F32,
+        TensorElementType::Float64 => DataType::F64,
+        TensorElementType::String => DataType::String,
+        _ => return None,
+    })
+}
+
+/// A string element as `ort` wants it; cloning is a reference-count bump.
+#[derive(Clone)]
+struct OrtString(Bytes);
+
+impl Utf8Data for OrtString {
+    fn as_utf8_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+fn input_value(tensor: &Tensor) -> Result<SessionInputValue<'_>, DecodeError> {
+    let shape: Vec<i64> = tensor.shape().iter().map(|&dim| dim as i64).collect();
+    match tensor.dtype() {
+        DataType::Bool => {
+            let bytes = tensor.bytes().map(|b| &b[..]).unwrap_or_default();
+            let bools: &[bool] = bytemuck::checked::try_cast_slice(bytes)
+                .map_err(|_| DecodeError::Malformed("booleans must be bytes of 0 or 1".into()))?;
+            ort_value(TensorRef::from_array_view((shape, bools)))
+        }
+        DataType::U8 => typed_input::<u8>(tensor, shape),
+        DataType::U16 => typed_input::<u16>(tensor, shape),
+        DataType::U32 => typed_input::<u32>(tensor, shape),
+        DataType::U64 => typed_input::<u64>(tensor, shape),
+        DataType::I8 => typed_input::<i8>(tensor, shape),
+        DataType::I16 => typed_input::<i16>(tensor, shape),
+        DataType::I32 => typed_input::<i32>(tensor, shape),
+        DataType::I64 => typed_input::<i64>(tensor, shape),
+        DataType::F16 => typed_input::<half::f16>(tensor, shape),
+        DataType::BF16 => typed_input::<half::bf16>(tensor, shape),
+        DataType::F32 => typed_input::<f32>(tensor, shape),
+        DataType::F64 => typed_input::<f64>(tensor, shape),
+        DataType::String => {
+            let strings: Vec<OrtString> = tensor
+                .string_elements()
+                .unwrap_or_default()
+                .iter()
+                .cloned()
+                .map(OrtString)
+                .collect();
+            if strings.iter().any(|s| s.0.contains(&0)) {
+                return Err(DecodeError::Malformed(
+                    "ONNX Runtime strings cannot contain NUL bytes".into(),
+                ));
+            }
+            ort_value(OrtTensor::from_string_array((shape, &strings[..])))
+        }
+    }
+}
+
+fn typed_input<T>(tensor: &Tensor, shape: Vec<i64>) -> Result<SessionInputValue<'_>, DecodeError>
+where
+    T: Element + PrimitiveTensorElementType + std::fmt::Debug,
+{
+    match tensor.view::<T>()? {
+        Cow::Borrowed(slice) => ort_value(TensorRef::from_array_view((shape, slice))),
+        Cow::Owned(values) => ort_value(OrtTensor::from_array((shape, values))),
+    }
+}
+
+fn ort_value<'v, V: Into<SessionInputValue<'v>>>(
+    value: ort::Result<V>,
+) -> Result<SessionInputValue<'v>, DecodeError> {
+    value
+        .map(Into::into)
+        .map_err(|err| DecodeError::Malformed(err.to_string()))
+}
+
+fn output_tensor(value: DynValue) -> Result<Tensor, BackendError> {
+    let ValueType::Tensor { ty, shape, .. } = value.dtype() else {
+        return Err(BackendError::Runtime("an output is not a tensor".into()));
+    };
+    let dtype = data_type(*ty)
+        .ok_or_else(|| BackendError::Runtime(format!("unsupported output element type {ty}")))?;
+    let shape = shape
+        .iter()
+        .map(|&dim| usize::try_from(dim))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| BackendError::Runtime("an output has a negative dimension".into()))?;
+    let tensor = if dtype == DataType::String {
+        let (_, strings) = value
+            .try_extract_strings()
+            .map_err(|err| BackendError::Runtime(err.to_string()))?;
+        Tensor::strings(shape, strings.into_iter().map(Bytes::from).collect())
+    } else {
+        Tensor::dense(
+            dtype,
+            shape,
+            Bytes::from_owner(OutputBuffer { value, dtype }),
+        )
+    };
+    tensor.map_err(|err| BackendError::Runtime(err.to_string()))
+}
+
+/// Keeps a runtime-allocated output alive for as long as its bytes are referenced.
+struct OutputBuffer {
+    value: DynValue,
+    dtype: DataType,
+}
+
+impl AsRef<[u8]> for OutputBuffer {
+    fn as_ref(&self) -> &[u8] {
+        fn bytes<T: PrimitiveTensorElementType + bytemuck::NoUninit>(value: &DynValue) -> &[u8] {
+            // The element type was read from the value itself, so extraction cannot fail; an
+            // empty slice would be caught by `Tensor::dense`'s length check.
+            value
+                .try_extract_tensor::<T>()
+                .map(|(_, data)| bytemuck::cast_slice(data))
+                .unwrap_or_default()
+        }
+        match self.dtype {
+            DataType::Bool => bytes::<bool>(&self.value),
+            DataType::U8 => bytes::<u8>(&self.value),
+            DataType::U16 => bytes::<u16>(&self.value),
+            DataType::U32 => bytes::<u32>(&self.value),
+            DataType::U64 => bytes::<u64>(&self.value),
+            DataType::I8 => bytes::<i8>(&self.value),
+            DataType::I16 => bytes::<i16>(&self.value),
+            DataType::I32 => bytes::<i32>(&self.value),
+            DataType::I64 => bytes::<i64>(&self.value),
+            DataType::F16 => bytes::<half::f16>(&self.value),
+            DataType::BF16 => bytes::<half::bf16>(&self.value),
+            DataType::F32 => bytes::<f32>(&self.value),
+            DataType::F64 => bytes::<f64>(&self.value),
+            DataType::String => &[],
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Command-line configuration. Every `serve` flag can also come from the environment
+//! (`TENSORPORT_<FLAG>`) or from a TOML file given with `--config`; a flag beats the
+//! environment, which beats the file, which beats the default.
+
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tensorport",
+    version,
+    about = "Serve ONNX models over the TensorFlow Serving and KServe v2 APIs"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Load the models in --model-dir and serve them.
+    Serve(ServeArgs),
+}
+
+/// Settings of `tensorport serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// TOML file with defaults for any of these flags (keys are flag names, e.g. `grpc_port = 9000`).
+    #[arg(long, env = "TENSORPORT_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Model repository: DIR/<model>/<version>/model.onnx.
+    #[arg(long, env = "TENSORPORT_MODEL_DIR", value_name = "DIR")]
+    pub model_dir: Option<PathBuf>,
+
+    /// Address to listen on.
+    #[arg(long, env = "TENSORPORT_HOST", default_value = "0.0.0.0")]
+    pub host: IpAddr,
+
+    /// gRPC port (TF Serving and KServe gRPC); 0 picks a free port.
+    #[arg(long, env = "TENSORPORT_GRPC_PORT", default_value_t = 8500)]
+    pub grpc_port: u16,
+
+    /// HTTP port (TF Serving REST, KServe HTTP); 0 picks a free port.
+    #[arg(long, env = "TENSORPORT_REST_PORT", default_value_t = 8501)]
+    pub rest_port: u16,
+
+    /// Path to libonnxruntime.so; by default ORT_DYLIB_PATH, then the project's .venv.
+    #[arg(long, env = "TENSORPORT_ORT_LIBRARY", value_name = "FILE")]
+    pub ort_library: Option<PathBuf>,
+
+    /// Threads ONNX Runtime uses inside one operator (0: one per core).
+    #[arg(long, env = "TENSORPORT_INTRA_OP_THREADS", default_value_t = 1)]
+    pub intra_op_threads: usize,
+
+    /// Threads ONNX Runtime uses to run independent operators (0: runtime default).
+    #[arg(long, env = "TENSORPORT_INTER_OP_THREADS", default_value_t = 1)]
+    pub inter_op_threads: usize,
+
+    /// Async worker threads for the network side (0: one per core).
+    #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
+    /// Largest request body or gRPC message, in bytes; also the largest tensor a request may
+    /// expand to.
+    #[arg(long, env = "TENSORPORT_MAX_REQUEST_BYTES", default_value_t = 64 << 20,
+          value_parser = clap::value_parser!(u64).range(1024..=(4u64 << 30)))]
+    pub max_request_bytes: u64,
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Clap(#[from] clap::Error),
+    #[error("--config: cannot read {path}: {source}")]
+    ReadFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--config: {path} is not valid TOML: {message}")]
+    ParseFile { path: PathBuf, message: String },
+    #[error(
+        "--config: {path}: unknown setting '{key}' (settings are flag names, such as grpc_port)"
+    )]
+    UnknownKey { path: PathBuf, key: String },
+    #[error("--config: {path}: setting '{key}' must be a string, number or boolean")]
+    BadValue { path: PathBuf, key: String },
+    #[error("--model-dir is required (or TENSORPORT_MODEL_DIR, or model_dir in --config)")]
+    MissingModelDir,
+    #[error("--model-dir: {0} is not a directory")]
+    ModelDirNotADirectory(PathBuf),
+}
+
+impl Cli {
+    /// Parses `args` (including the program name), filling gaps from the `--config` file.
+    pub fn parse_from_args(args: Vec<OsString>) -> Result<Self, ConfigError> {
+        let command = Self::command();
+        let matches = command.clone().try_get_matches_from(&args)?;
+        let Some(("serve", serve)) = matches.subcommand() else {
+            return Ok(Self::from_arg_matches(&matches)?);
+        };
+        let Some(path) = serve.get_one::<PathBuf>("config").cloned() else {
+            return Self::validated(Self::from_arg_matches(&matches)?);
+        };
+        let mut args = args;
+        args.extend(file_arguments(&path, serve, &command)?);
+        let matches = command.try_get_matches_from(&args)?;
+        Self::validated(Self::from_arg_matches(&matches)?)
+    }
+
+    fn validated(self) -> Result<Self, ConfigError> {
+        let Command::Serve(serve) = &self.command;
+        let dir = serve
+            .model_dir
+            .as_ref()
+            .ok_or(ConfigError::MissingModelDir)?;
+        if !dir.is_dir() {
+            return Err(ConfigError::ModelDirNotADirectory(dir.clone()));
+        }
+        Ok(self)
+    }
+}
+
+/// The file's settings as extra `--flag value` arguments, for flags neither given on the
+/// command line nor set in the environment.
+fn file_arguments(
+    path: &Path,
+    serve: &clap::ArgMatches,
+    command: &clap::Command,
+) -> Result<Vec<OsString>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let table: toml::Table =
+        text.parse()
+            .map_err(|err: toml::de::Error| ConfigError::ParseFile {
+                path: path.to_path_buf(),
+                message: err.message().to_owned(),
+            })?;
+    let serve_command = command
+        .find_subcommand("serve")
+        .ok_or_else(|| ConfigError::MissingModelDir)?;
+    let mut extra = Vec::new();
+    for (key, value) in table {
+        let id = key.replace('-', "_");
+        let known = serve_command
+            .get_arguments()
+            .any(|arg| arg.get_id().as_str() == id && id != "config");
+        if !known {
+            return Err(ConfigError::UnknownKey {
+                path: path.to_path_buf(),
+                key,
+            });
+        }
+        let explicit = matches!(
+            serve.value_source(&id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        );
+        if explicit {
+            continue;
+        }
+        let text = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            _ => {
+                return Err(ConfigError::BadValue {
+                    path: path.to_path_buf(),
+                    key,
+                })
+            }
+        };
+        extra.push(OsString::from(format!("--{}={text}", id.replace('_', "-"))));
+    }
+    Ok(extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        list.iter().map(OsString::from).collect()
+    }
+
+    fn serve(cli: Cli) -> ServeArgs {
+        let Command::Serve(serve) = cli.command;
+        serve
+    }
+
+    #[test]
+    fn flags_parse_with_defaults() -> Result<(), ConfigError> {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_string_lossy();
+        let cli = Cli::parse_from_args(args(&["tensorport", "serve", "--model-dir", &dir]))?;
+        let serve = serve(cli);
+        assert_eq!(serve.grpc_port, 8500);
+        assert_eq!(serve.rest_port, 8501);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let err = Cli::parse_from_args(args(&["tensorport", "serve", "--grpc-port", "http"]));
+        let message = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("--grpc-port"), "{message}");
+    }
+
+    #[test]
+    fn missing_model_dir_is_refused() {
+        let err = Cli::parse_from_args(args(&["tensorport", "serve"]));
+        assert!(matches!(err, Err(ConfigError::MissingModelDir)));
+    }
+
+    #[test]
+    fn file_fills_gaps_and_flags_win() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("tensorport-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let file = dir.join("tensorport.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "model_dir = {:?}\ngrpc_port = 9000\nrest-port = 9001\n",
+                dir.display().to_string()
+            ),
+        )?;
+        let file_arg = file.to_string_lossy().to_string();
+        let cli = Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--config",
+            &file_arg,
+            "--rest-port",
+            "7000",
+        ]))?;
+        let serve = serve(cli);
+        assert_eq!(serve.grpc_port, 9000);
+        assert_eq!(serve.rest_port, 7000);
+        assert_eq!(serve.model_dir.as_deref(), Some(dir.as_path()));
+
+        std::fs::write(&file, "grcp_port = 1\n")?;
+        let err = Cli::parse_from_args(args(&["tensorport", "serve", "--config", &file_arg]));
+        std::fs::remove_dir_all(&dir)?;
+        assert!(matches!(err, Err(ConfigError::UnknownKey { key, .. }) if key == "grcp_port"));
+        Ok(())
+    }
+}

@@ -1,0 +1,146 @@
+//! The request-path error type and the one table that maps it onto both wire protocols.
+//!
+//! Every layer below has its own error enum (`tensor::DecodeError`, `backend::BackendError`,
+//! ...); they meet here. [`Error::kind`] picks the [`ErrorKind`], and the kind alone decides
+//! the HTTP status, the gRPC code and the stable `error_type` label used in metrics.
+
+use crate::backend::BackendError;
+use crate::tensor::DecodeError;
+
+/// Everything that can fail while answering a request.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("model '{0}' not found")]
+    ModelNotFound(String),
+    #[error("version {version} of model '{model}' is not available")]
+    VersionNotFound { model: String, version: u64 },
+    #[error("model '{model}' has no available version{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    NoAvailableVersion {
+        model: String,
+        reason: Option<String>,
+    },
+    #[error("model '{model}' has no signature '{signature}' (it has: {available})")]
+    SignatureNotFound {
+        model: String,
+        signature: String,
+        available: String,
+    },
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("{0}")]
+    Unimplemented(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The failure classes both protocols distinguish. One row each in [`ErrorKind::table`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    NotFound,
+    InvalidArgument,
+    Unavailable,
+    ResourceExhausted,
+    DeadlineExceeded,
+    Unimplemented,
+    Internal,
+}
+
+/// One row of the mapping table.
+pub struct ErrorRow {
+    pub http_status: u16,
+    pub grpc_code: tonic::Code,
+    /// Stable, lower-case label: part of the API and of metric label values.
+    pub error_type: &'static str,
+}
+
+impl ErrorKind {
+    /// The single source of truth for status codes.
+    pub const fn table(self) -> ErrorRow {
+        use tonic::Code;
+        let (http_status, grpc_code, error_type) = match self {
+            Self::NotFound => (404, Code::NotFound, "not_found"),
+            Self::InvalidArgument => (400, Code::InvalidArgument, "invalid_argument"),
+            Self::Unavailable => (503, Code::Unavailable, "unavailable"),
+            Self::ResourceExhausted => (429, Code::ResourceExhausted, "resource_exhausted"),
+            Self::DeadlineExceeded => (504, Code::DeadlineExceeded, "deadline_exceeded"),
+            Self::Unimplemented => (501, Code::Unimplemented, "unimplemented"),
+            Self::Internal => (500, Code::Internal, "internal"),
+        };
+        ErrorRow {
+            http_status,
+            grpc_code,
+            error_type,
+        }
+    }
+}
+
+impl Error {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::ModelNotFound(_)
+            | Self::VersionNotFound { .. }
+            | Self::NoAvailableVersion { .. }
+            | Self::SignatureNotFound { .. } => ErrorKind::NotFound,
+            Self::InvalidArgument(_) | Self::Decode(_) => ErrorKind::InvalidArgument,
+            Self::Backend(err) => err.kind(),
+            Self::Unimplemented(_) => ErrorKind::Unimplemented,
+            Self::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::InvalidArgument(message.into())
+    }
+}
+
+impl From<Error> for tonic::Status {
+    fn from(err: Error) -> Self {
+        tonic::Status::new(err.kind().table().grpc_code, err.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_maps_to_matching_http_and_grpc_codes() {
+        let pairs = [
+            (ErrorKind::NotFound, 404, tonic::Code::NotFound),
+            (
+                ErrorKind::InvalidArgument,
+                400,
+                tonic::Code::InvalidArgument,
+            ),
+            (ErrorKind::Unavailable, 503, tonic::Code::Unavailable),
+            (
+                ErrorKind::ResourceExhausted,
+                429,
+                tonic::Code::ResourceExhausted,
+            ),
+            (
+                ErrorKind::DeadlineExceeded,
+                504,
+                tonic::Code::DeadlineExceeded,
+            ),
+            (ErrorKind::Unimplemented, 501, tonic::Code::Unimplemented),
+            (ErrorKind::Internal, 500, tonic::Code::Internal),
+        ];
+        for (kind, http, grpc) in pairs {
+            let row = kind.table();
+            assert_eq!(row.http_status, http, "{kind:?}");
+            assert_eq!(row.grpc_code, grpc, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn status_carries_the_message() {
+        let status = tonic::Status::from(Error::ModelNotFound("nope".into()));
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert!(status.message().contains("nope"));
+    }
+}

@@ -1,0 +1,216 @@
+//! The protocol-independent request path: check a decoded request against the model's
+//! signature, run it off the async reactor, and return the requested outputs.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::backend::{NamedTensor, Signature};
+use crate::error::Error;
+use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
+use crate::tensor::DecodeLimits;
+
+/// A decoded request for one model version and signature.
+pub struct Prediction {
+    pub model: Arc<LoadedModel>,
+    /// Index into the model's signatures.
+    pub signature: usize,
+    pub inputs: Vec<NamedTensor>,
+    /// Outputs to return, in this order; empty means all of the signature's outputs.
+    pub output_filter: Vec<String>,
+}
+
+/// The outputs of a prediction and the version that produced them.
+pub struct PredictionResult {
+    pub model: Arc<LoadedModel>,
+    pub signature: usize,
+    pub outputs: Vec<NamedTensor>,
+}
+
+impl PredictionResult {
+    pub fn signature(&self) -> &Signature {
+        &self.model.backend.signatures()[self.signature]
+    }
+}
+
+/// Shared by every protocol adapter.
+pub struct InferService {
+    repository: ModelRepository,
+    limits: DecodeLimits,
+}
+
+impl InferService {
+    pub fn new(repository: ModelRepository, limits: DecodeLimits) -> Self {
+        Self { repository, limits }
+    }
+
+    pub fn repository(&self) -> &ModelRepository {
+        &self.repository
+    }
+
+    pub fn limits(&self) -> &DecodeLimits {
+        &self.limits
+    }
+
+    pub fn resolve(
+        &self,
+        model: &str,
+        version: VersionSelector,
+    ) -> Result<Arc<LoadedModel>, Error> {
+        if model.is_empty() {
+            return Err(Error::invalid("the request names no model"));
+        }
+        self.repository.resolve(model, version)
+    }
+
+    /// Validates `request` against its signature and runs it on a blocking thread.
+    pub async fn predict(&self, request: Prediction) -> Result<PredictionResult, Error> {
+        let Prediction {
+            model,
+            signature,
+            inputs,
+            output_filter,
+        } = request;
+        let sig = model
+            .backend
+            .signatures()
+            .get(signature)
+            .ok_or_else(|| Error::Internal("signature index out of range".into()))?;
+        check_inputs(sig, &inputs)?;
+        let outputs = select_outputs(sig, output_filter)?;
+
+        let runner = model.clone();
+        let outputs = tokio::task::spawn_blocking(move || {
+            let sig = &runner.backend.signatures()[signature];
+            runner.backend.run(sig, inputs, &outputs)
+        })
+        .await
+        .map_err(|err| Error::Internal(format!("inference task failed: {err}")))??;
+        Ok(PredictionResult {
+            model,
+            signature,
+            outputs,
+        })
+    }
+}
+
+/// Every input of the signature present once, none unknown, dtype and shape compatible.
+fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), Error> {
+    let mut seen = HashSet::new();
+    for (name, tensor) in inputs {
+        let spec = sig.input(name).ok_or_else(|| {
+            Error::invalid(format!(
+                "unknown input '{name}'; the signature's inputs are: {}",
+                sig.input_names()
+            ))
+        })?;
+        if !seen.insert(name.as_str()) {
+            return Err(Error::invalid(format!("input '{name}' is given twice")));
+        }
+        if tensor.dtype() != spec.dtype {
+            return Err(Error::invalid(format!(
+                "input '{name}' must have dtype {}, got {}",
+                spec.dtype,
+                tensor.dtype()
+            )));
+        }
+        if !spec.accepts_shape(tensor.shape()) {
+            return Err(Error::invalid(format!(
+                "input '{name}' has shape {:?}, the signature expects {} (-1: any size)",
+                tensor.shape(),
+                spec.shape_text()
+            )));
+        }
+    }
+    if let Some(missing) = sig
+        .inputs
+        .iter()
+        .find(|spec| !seen.contains(spec.name.as_str()))
+    {
+        return Err(Error::invalid(format!(
+            "missing input '{}'; the signature's inputs are: {}",
+            missing.name,
+            sig.input_names()
+        )));
+    }
+    Ok(())
+}
+
+/// The outputs to return: the filter, checked, or every output of the signature.
+fn select_outputs(sig: &Signature, filter: Vec<String>) -> Result<Vec<String>, Error> {
+    if filter.is_empty() {
+        return Ok(sig.outputs.iter().map(|spec| spec.name.clone()).collect());
+    }
+    let mut seen = HashSet::new();
+    for name in &filter {
+        if sig.output(name).is_none() {
+            return Err(Error::invalid(format!(
+                "unknown output '{name}' in the output filter; the signature's outputs are: {}",
+                sig.output_names()
+            )));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(Error::invalid(format!(
+                "output '{name}' is requested twice"
+            )));
+        }
+    }
+    Ok(filter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::TensorSpec;
+    use crate::tensor::{DataType, Tensor};
+
+    fn sig() -> Signature {
+        Signature {
+            name: "serving_default".into(),
+            inputs: vec![TensorSpec {
+                name: "x".into(),
+                dtype: DataType::F32,
+                shape: vec![-1, 2],
+            }],
+            outputs: vec![TensorSpec {
+                name: "y".into(),
+                dtype: DataType::F32,
+                shape: vec![-1],
+            }],
+        }
+    }
+
+    fn input(name: &str, shape: Vec<usize>) -> NamedTensor {
+        let count = shape.iter().product();
+        let tensor = Tensor::from_vec(shape, vec![0f32; count]).expect("valid tensor");
+        (name.to_owned(), tensor)
+    }
+
+    #[test]
+    fn accepts_matching_inputs() {
+        assert!(check_inputs(&sig(), &[input("x", vec![3, 2])]).is_ok());
+    }
+
+    #[test]
+    fn names_the_problem() {
+        let message = |inputs: &[NamedTensor]| match check_inputs(&sig(), inputs) {
+            Err(err) => err.to_string(),
+            Ok(()) => String::new(),
+        };
+        assert!(message(&[input("z", vec![1, 2])]).contains("unknown input 'z'"));
+        assert!(message(&[]).contains("missing input 'x'"));
+        assert!(message(&[input("x", vec![1, 3])]).contains("shape"));
+        assert!(message(&[input("x", vec![1, 2]), input("x", vec![1, 2])]).contains("twice"));
+        let ints = Tensor::from_vec(vec![1, 2], vec![0i32; 2]).expect("valid tensor");
+        assert!(message(&[("x".into(), ints)]).contains("dtype"));
+    }
+
+    #[test]
+    fn output_filter_is_checked() {
+        assert_eq!(
+            select_outputs(&sig(), vec![]).ok(),
+            Some(vec!["y".to_owned()])
+        );
+        assert!(select_outputs(&sig(), vec!["nope".into()]).is_err());
+        assert!(select_outputs(&sig(), vec!["y".into(), "y".into()]).is_err());
+    }
+}

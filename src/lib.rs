@@ -1,0 +1,30 @@
+//! tensorport serves ONNX (and, behind features, TorchScript and TensorFlow) models over the
+//! TensorFlow Serving and KServe v2 protocols.
+//!
+//! How a request flows:
+//!
+//! ```text
+//! socket ─> api::{tfserving} (wire -> Tensor, validated)
+//!        ─> infer::InferService (resolve model@version, check signature)
+//!        ─> backend::Backend (ONNX Runtime, on a blocking thread)
+//!        <─ outputs encoded in the caller's protocol
+//! ```
+//!
+//! - [`config`]: flags, environment and config file, parsed once in `main`.
+//! - [`repository`]: the model directory and the versions that serve.
+//! - [`backend`]: the `Backend` trait and its runtimes.
+//! - [`tensor`]: the one domain tensor type and its decoding limits.
+//! - [`server`]: binds nothing itself; takes listeners and a shutdown future.
+
+pub mod api;
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod infer;
+pub mod proto;
+pub mod repository;
+pub mod server;
+pub mod tensor;
+
+pub use error::{Error, ErrorKind};
+pub use server::{run, Listeners, ServerOptions};

@@ -1,0 +1,144 @@
+//! The `tensorport` binary: parse the configuration, load the models, bind, serve until
+//! SIGTERM or SIGINT.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
+use tensorport::backend::onnx_library;
+use tensorport::config::{Cli, Command, ConfigError, ServeArgs};
+use tensorport::infer::InferService;
+use tensorport::repository::{Loader, ModelRepository};
+use tensorport::tensor::DecodeLimits;
+use tensorport::{Listeners, ServerOptions};
+
+/// Environment variable `ort` itself honours; read here once and passed down.
+const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
+
+fn main() -> ExitCode {
+    let cli = match Cli::parse_from_args(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(ConfigError::Clap(err)) => err.exit(),
+        Err(err) => {
+            eprintln!("error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
+
+    let Command::Serve(args) = cli.command;
+    match serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let model_dir = args.model_dir.clone().ok_or("--model-dir is required")?;
+    let env_library = std::env::var_os(ORT_DYLIB_PATH)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let library = onnx_library::find(
+        args.ort_library.as_deref(),
+        env_library.as_deref(),
+        &onnx_library::default_search_roots(),
+    )
+    .ok_or(onnx_library::HOW_TO_GET_IT)?;
+    let onnx = OnnxRuntime::load(&library).map_err(|err| err.to_string())?;
+    tracing::info!(library = %library.display(), "ONNX Runtime loaded");
+
+    let loader = Loader {
+        onnx,
+        onnx_threads: OnnxThreads {
+            intra_op: args.intra_op_threads,
+            inter_op: args.inter_op_threads,
+        },
+    };
+    let repository = ModelRepository::load(&model_dir, &loader).map_err(|err| err.to_string())?;
+    let max_request_bytes = usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX);
+    let infer = Arc::new(InferService::new(
+        repository,
+        DecodeLimits {
+            max_tensor_bytes: max_request_bytes,
+        },
+    ));
+
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if args.worker_threads > 0 {
+        runtime.worker_threads(args.worker_threads);
+    }
+    let runtime = runtime
+        .enable_all()
+        .build()
+        .map_err(|err| format!("cannot start the async runtime: {err}"))?;
+    runtime.block_on(async move {
+        let grpc = bind(SocketAddr::new(args.host, args.grpc_port), "--grpc-port").await?;
+        let rest = bind(SocketAddr::new(args.host, args.rest_port), "--rest-port").await?;
+        tracing::info!(
+            grpc = %local(&grpc),
+            rest = %local(&rest),
+            "listening"
+        );
+        tensorport::run(
+            infer,
+            Listeners { grpc, rest },
+            ServerOptions { max_request_bytes },
+            shutdown_signal(),
+        )
+        .await
+        .map_err(|err| err.to_string())
+    })?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn bind(addr: SocketAddr, flag: &str) -> Result<tokio::net::TcpListener, String> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|err| format!("{flag}: cannot listen on {addr}: {err}"))
+}
+
+fn local(listener: &tokio::net::TcpListener) -> String {
+    listener
+        .local_addr()
+        .map(|addr| addr.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutting down");
+}

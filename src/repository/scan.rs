@@ -1,0 +1,121 @@
+//! Reads the model directory layout: `DIR/<name>/<version>/<model file>`.
+
+use std::path::{Path, PathBuf};
+
+/// The model file names a version folder may hold, in the order they are looked for.
+pub const ONNX_MODEL_FILE: &str = "model.onnx";
+
+/// One model folder as found on disk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelFolder {
+    pub name: String,
+    pub path: PathBuf,
+    /// Numeric version folders, ascending by version number.
+    pub versions: Vec<VersionFolder>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionFolder {
+    pub version: u64,
+    pub path: PathBuf,
+}
+
+impl ModelFolder {
+    /// The highest version, which the default policy serves.
+    pub fn latest(&self) -> Option<&VersionFolder> {
+        self.versions.last()
+    }
+}
+
+/// Why the model directory itself could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("cannot read model directory {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Lists the model folders under `dir`, sorted by name. Folders whose name is not a positive
+/// integer are not versions and are ignored, as are hidden entries and plain files.
+pub fn scan(dir: &Path) -> Result<Vec<ModelFolder>, ScanError> {
+    let mut models = Vec::new();
+    for (name, path) in subfolders(dir)? {
+        let mut versions: Vec<VersionFolder> = subfolders(&path)?
+            .into_iter()
+            .filter_map(|(entry, path)| {
+                parse_version(&entry).map(|version| VersionFolder { version, path })
+            })
+            .collect();
+        versions.sort_by_key(|v| v.version);
+        models.push(ModelFolder {
+            name,
+            path,
+            versions,
+        });
+    }
+    models.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(models)
+}
+
+/// Version folder names are positive integers, compared as numbers (`10` is after `9`).
+pub fn parse_version(name: &str) -> Option<u64> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    name.parse().ok().filter(|&v| v > 0)
+}
+
+fn subfolders(dir: &Path) -> Result<Vec<(String, PathBuf)>, ScanError> {
+    let read_error = |source| ScanError::Read {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_error)? {
+        let entry = entry.map_err(read_error)?;
+        let path = entry.path();
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        // `is_dir` follows symlinks, so a linked model folder counts.
+        if !name.starts_with('.') && path.is_dir() {
+            out.push((name, path));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_positive_integers() {
+        assert_eq!(parse_version("1"), Some(1));
+        assert_eq!(parse_version("0010"), Some(10));
+        assert_eq!(parse_version("0"), None);
+        assert_eq!(parse_version("-1"), None);
+        assert_eq!(parse_version("v2"), None);
+        assert_eq!(parse_version(""), None);
+        assert_eq!(parse_version("99999999999999999999999"), None);
+    }
+
+    #[test]
+    fn scan_orders_versions_numerically() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("tensorport-scan-{}", std::process::id()));
+        for version in ["2", "10", "9", "notes"] {
+            std::fs::create_dir_all(dir.join("m").join(version))?;
+        }
+        std::fs::write(dir.join("README.md"), "not a model")?;
+        let models = scan(&dir)?;
+        std::fs::remove_dir_all(&dir)?;
+        assert_eq!(models.len(), 1);
+        let versions: Vec<u64> = models[0].versions.iter().map(|v| v.version).collect();
+        assert_eq!(versions, vec![2, 9, 10]);
+        assert_eq!(models[0].latest().map(|v| v.version), Some(10));
+        Ok(())
+    }
+}
