@@ -26,15 +26,16 @@ pub struct OnnxThreads {
     pub inter_op: usize,
 }
 
-/// The loaded ONNX Runtime library and its environment. Created once in `main` (or a test)
-/// and shared by every ONNX model.
+/// The loaded ONNX Runtime library and its environment. ONNX Runtime allows one environment
+/// per process: create this once (in `main`, or once per test binary) and clone it.
+#[derive(Clone)]
 pub struct OnnxRuntime {
     env: Environment,
 }
 
 impl OnnxRuntime {
-    /// Loads `libonnxruntime` from `library`. Loading is process-wide: a second call with a
-    /// different path keeps the first library.
+    /// Loads `libonnxruntime` from `library` and creates the process's environment. A second
+    /// call in the same process fails.
     pub fn load(library: &Path) -> Result<Self, BackendError> {
         let env = ort::init_from(library)
             .map_err(|err| BackendError::Library(err.to_string()))?

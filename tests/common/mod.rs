@@ -1,0 +1,88 @@
+//! Starts the real server (the library's `run`) on 127.0.0.1:0 for integration tests.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
+use tensorport::backend::onnx_library;
+use tensorport::infer::InferService;
+use tensorport::repository::{Loader, ModelRepository};
+use tensorport::tensor::DecodeLimits;
+use tensorport::{Listeners, ServerOptions};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+/// ONNX Runtime from ORT_DYLIB_PATH or the checkout's .venv (`make venv`). ONNX Runtime allows
+/// one environment per process, so every test in this binary shares it.
+pub fn onnx_runtime() -> OnnxRuntime {
+    static RUNTIME: OnceLock<OnnxRuntime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let env_path = std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from);
+            let library = onnx_library::find(None, env_path.as_deref(), &[repo_path("")])
+                .unwrap_or_else(|| panic!("{}", onnx_library::HOW_TO_GET_IT));
+            OnnxRuntime::load(&library).unwrap_or_else(|err| panic!("{err}"))
+        })
+        .clone()
+}
+
+pub struct TestServer {
+    pub rest_url: String,
+    pub grpc_url: String,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl TestServer {
+    /// Serves `examples/models` on two free loopback ports.
+    pub async fn start() -> Self {
+        let loader = Loader {
+            onnx: onnx_runtime(),
+            onnx_threads: OnnxThreads {
+                intra_op: 1,
+                inter_op: 1,
+            },
+        };
+        let repository = ModelRepository::load(&repo_path("examples/models"), &loader)
+            .unwrap_or_else(|err| panic!("{err}"));
+        let infer = Arc::new(InferService::new(repository, DecodeLimits::default()));
+        let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind gRPC");
+        let rest = TcpListener::bind("127.0.0.1:0").await.expect("bind REST");
+        let grpc_url = format!("http://{}", grpc.local_addr().expect("gRPC address"));
+        let rest_url = format!("http://{}", rest.local_addr().expect("REST address"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let options = ServerOptions {
+                max_request_bytes: 64 << 20,
+            };
+            tensorport::run(infer, Listeners { grpc, rest }, options, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("server runs");
+        });
+        Self {
+            rest_url,
+            grpc_url,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Stops the server and waits until it has.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task)
+            .await
+            .expect("server task finished cleanly");
+    }
+}
