@@ -1,6 +1,8 @@
 //! The TF Serving APIs end to end over real sockets, checked against ONNX Runtime run directly
 //! on the same model file.
 
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
 mod common;
 
 use common::{onnx_runtime, repo_path, TestResult, TestServer};

@@ -1,5 +1,8 @@
 //! Starts the real server (the library's `run`) on 127.0.0.1:0 for integration tests.
 
+// Test support fails loudly: a panic here is a failed test with its message.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
