@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 VENV_STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
+PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
 MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
@@ -15,10 +16,10 @@ serve: venv release
 	target/release/tensorport serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
 
 ## test: unit and integration tests (Rust), then the end-to-end suite against the real binary
-test: venv
+test: venv perf-analyzer
 	cargo build --bins
 	cargo test
-	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest tests/python -q
+	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
 
 ## venv: Python environment with ONNX Runtime (the server loads its library) and the test clients
 venv: $(VENV_STAMP)
@@ -29,6 +30,12 @@ $(VENV_STAMP): requirements-dev.txt scripts/install-tfs-client.sh
 	$(PY) -m pip install -q -r requirements-dev.txt
 	scripts/install-tfs-client.sh $(VENV)
 	touch $@
+
+## perf-analyzer: Triton's load generator, a real TF Serving / KServe client used by the tests
+perf-analyzer: $(PERF_ANALYZER)
+
+$(PERF_ANALYZER): scripts/setup-perf-analyzer.sh
+	scripts/setup-perf-analyzer.sh $(dir $(PERF_ANALYZER)) $(PYTHON)
 
 build:
 	cargo build

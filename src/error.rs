@@ -83,9 +83,11 @@ impl Error {
         match self {
             Self::ModelNotFound(_)
             | Self::VersionNotFound { .. }
-            | Self::NoAvailableVersion { .. }
-            | Self::SignatureNotFound { .. } => ErrorKind::NotFound,
-            Self::InvalidArgument(_) | Self::Decode(_) => ErrorKind::InvalidArgument,
+            | Self::NoAvailableVersion { .. } => ErrorKind::NotFound,
+            // TF Serving treats a bad signature name as a bad request, not a missing servable.
+            Self::SignatureNotFound { .. } | Self::InvalidArgument(_) | Self::Decode(_) => {
+                ErrorKind::InvalidArgument
+            }
             Self::Backend(err) => err.kind(),
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) => ErrorKind::Internal,

@@ -1,6 +1,7 @@
 //! Protocol adapters: wire formats in, domain types to [`crate::infer::InferService`], wire
 //! formats out.
 
+pub mod json_body;
 pub mod json_tensor;
 pub mod rest_util;
 pub mod tfserving;

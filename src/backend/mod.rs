@@ -6,6 +6,7 @@
 
 pub mod onnx;
 pub mod onnx_library;
+mod onnx_strings;
 mod signature;
 
 pub use signature::{Signature, TensorSpec, DEFAULT_SIGNATURE};

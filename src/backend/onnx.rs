@@ -13,9 +13,10 @@ use ort::environment::Environment;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{
     DynValue, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, TensorRef,
-    Utf8Data, ValueType,
+    ValueType,
 };
 
+use super::onnx_strings;
 use super::{Backend, BackendError, NamedTensor, Signature, TensorSpec, DEFAULT_SIGNATURE};
 use crate::tensor::{DataType, DecodeError, Element, Tensor};
 
@@ -172,16 +173,6 @@ fn data_type(ty: TensorElementType) -> Option<DataType> {
     })
 }
 
-/// A string element as `ort` wants it; cloning is a reference-count bump.
-#[derive(Clone)]
-struct OrtString(Bytes);
-
-impl Utf8Data for OrtString {
-    fn as_utf8_bytes(&self) -> &[u8] {
-        &self.0
-    }
-}
-
 fn input_value(tensor: &Tensor) -> Result<SessionInputValue<'_>, DecodeError> {
     let shape: Vec<i64> = tensor.shape().iter().map(|&dim| dim as i64).collect();
     match tensor.dtype() {
@@ -204,19 +195,10 @@ fn input_value(tensor: &Tensor) -> Result<SessionInputValue<'_>, DecodeError> {
         DataType::F32 => typed_input::<f32>(tensor, shape),
         DataType::F64 => typed_input::<f64>(tensor, shape),
         DataType::String => {
-            let strings: Vec<OrtString> = tensor
-                .string_elements()
-                .unwrap_or_default()
-                .iter()
-                .cloned()
-                .map(OrtString)
-                .collect();
-            if strings.iter().any(|s| s.0.contains(&0)) {
-                return Err(DecodeError::Malformed(
-                    "ONNX Runtime strings cannot contain NUL bytes".into(),
-                ));
-            }
-            ort_value(OrtTensor::from_string_array((shape, &strings[..])))
+            let strings = tensor.string_elements().unwrap_or_default();
+            onnx_strings::string_tensor(shape, strings)
+                .map(SessionInputValue::from)
+                .map_err(DecodeError::Malformed)
         }
     }
 }
@@ -251,10 +233,11 @@ fn output_tensor(value: DynValue) -> Result<Tensor, BackendError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| BackendError::Runtime("an output has a negative dimension".into()))?;
     let tensor = if dtype == DataType::String {
-        let (_, strings) = value
-            .try_extract_strings()
+        let count = crate::tensor::element_count(&shape)
             .map_err(|err| BackendError::Runtime(err.to_string()))?;
-        Tensor::strings(shape, strings.into_iter().map(Bytes::from).collect())
+        let strings =
+            onnx_strings::string_elements(&value, count).map_err(BackendError::Runtime)?;
+        Tensor::strings(shape, strings)
     } else {
         Tensor::dense(
             dtype,

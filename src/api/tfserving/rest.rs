@@ -245,7 +245,7 @@ async fn predict(
     version: VersionRef<'_>,
     body: &[u8],
 ) -> Result<Response, Error> {
-    let parsed: Value = serde_json::from_slice(body)
+    let parsed: Value = crate::api::json_body::parse(body)
         .map_err(|err| Error::invalid(format!("the request body is not valid JSON: {err}")))?;
     let Value::Object(fields) = &parsed else {
         return Err(Error::invalid("the request body must be a JSON object"));
