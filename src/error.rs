@@ -4,7 +4,7 @@
 //! ...); they meet here. [`Error::kind`] picks the [`ErrorKind`], and the kind alone decides
 //! the HTTP status, the gRPC code and the stable `error_type` label used in metrics.
 
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Signature};
 use crate::tensor::DecodeError;
 
 /// Everything that can fail while answering a request.
@@ -25,6 +25,10 @@ pub enum Error {
         signature: String,
         available: String,
     },
+    #[error("unknown input '{name}'; the signature's inputs are: {expected}")]
+    UnknownInput { name: String, expected: String },
+    #[error("missing input '{name}'; the signature's inputs are: {expected}")]
+    MissingInput { name: String, expected: String },
     #[error("{0}")]
     InvalidArgument(String),
     #[error(transparent)]
@@ -85,9 +89,11 @@ impl Error {
             | Self::VersionNotFound { .. }
             | Self::NoAvailableVersion { .. } => ErrorKind::NotFound,
             // TF Serving treats a bad signature name as a bad request, not a missing servable.
-            Self::SignatureNotFound { .. } | Self::InvalidArgument(_) | Self::Decode(_) => {
-                ErrorKind::InvalidArgument
-            }
+            Self::SignatureNotFound { .. }
+            | Self::UnknownInput { .. }
+            | Self::MissingInput { .. }
+            | Self::InvalidArgument(_)
+            | Self::Decode(_) => ErrorKind::InvalidArgument,
             Self::Backend(err) => err.kind(),
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) => ErrorKind::Internal,
@@ -96,6 +102,20 @@ impl Error {
 
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidArgument(message.into())
+    }
+
+    pub fn unknown_input(signature: &Signature, name: &str) -> Self {
+        Self::UnknownInput {
+            name: name.to_owned(),
+            expected: signature.input_names(),
+        }
+    }
+
+    pub fn missing_input(signature: &Signature, name: &str) -> Self {
+        Self::MissingInput {
+            name: name.to_owned(),
+            expected: signature.input_names(),
+        }
     }
 }
 

@@ -97,12 +97,9 @@ impl InferService {
 fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), Error> {
     let mut seen = HashSet::new();
     for (name, tensor) in inputs {
-        let spec = sig.input(name).ok_or_else(|| {
-            Error::invalid(format!(
-                "unknown input '{name}'; the signature's inputs are: {}",
-                sig.input_names()
-            ))
-        })?;
+        let spec = sig
+            .input(name)
+            .ok_or_else(|| Error::unknown_input(sig, name))?;
         if !seen.insert(name.as_str()) {
             return Err(Error::invalid(format!("input '{name}' is given twice")));
         }
@@ -126,11 +123,7 @@ fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), Error> {
         .iter()
         .find(|spec| !seen.contains(spec.name.as_str()))
     {
-        return Err(Error::invalid(format!(
-            "missing input '{}'; the signature's inputs are: {}",
-            missing.name,
-            sig.input_names()
-        )));
+        return Err(Error::missing_input(sig, &missing.name));
     }
     Ok(())
 }

@@ -341,13 +341,17 @@ fn row_inputs(
         .first()
         .map(|o| o.keys().collect::<Vec<_>>())
         .unwrap_or_default();
-    for key in &keys {
-        if sig.input(key).is_none() {
-            return Err(Error::invalid(format!(
-                "unknown input '{key}'; the signature's inputs are: {}",
-                sig.input_names()
-            )));
-        }
+    if let Some(key) = keys.iter().find(|key| sig.input(key).is_none()) {
+        return Err(Error::unknown_input(sig, key));
+    }
+    if let Some((i, _)) = objects
+        .iter()
+        .enumerate()
+        .find(|(_, o)| o.len() != keys.len())
+    {
+        return Err(Error::invalid(format!(
+            "instance {i} has different keys from instance 0"
+        )));
     }
     let mut inputs = Vec::with_capacity(keys.len());
     for spec in &sig.inputs {
@@ -355,13 +359,7 @@ fn row_inputs(
         for (i, object) in objects.iter().enumerate() {
             match object.get(&spec.name) {
                 Some(value) => values.push(value),
-                None if i == 0 => {
-                    return Err(Error::invalid(format!(
-                        "missing input '{}'; the signature's inputs are: {}",
-                        spec.name,
-                        sig.input_names()
-                    )))
-                }
+                None if i == 0 => return Err(Error::missing_input(sig, &spec.name)),
                 None => {
                     return Err(Error::invalid(format!(
                         "instance {i} lacks input '{}', which instance 0 has",
@@ -369,15 +367,6 @@ fn row_inputs(
                     )))
                 }
             }
-        }
-        if let Some((i, _)) = objects
-            .iter()
-            .enumerate()
-            .find(|(_, o)| o.len() != keys.len())
-        {
-            return Err(Error::invalid(format!(
-                "instance {i} has different keys from instance 0"
-            )));
         }
         let tensor =
             decode_rows(&values, spec.dtype, limits).map_err(|e| e.in_input(&spec.name))?;
@@ -406,12 +395,9 @@ fn column_inputs(
     };
     map.iter()
         .map(|(name, value)| {
-            let spec = sig.input(name).ok_or_else(|| {
-                Error::invalid(format!(
-                    "unknown input '{name}'; the signature's inputs are: {}",
-                    sig.input_names()
-                ))
-            })?;
+            let spec = sig
+                .input(name)
+                .ok_or_else(|| Error::unknown_input(sig, name))?;
             let tensor = decode_value(value, spec.dtype, limits).map_err(|e| e.in_input(name))?;
             Ok((name.clone(), tensor))
         })
