@@ -29,8 +29,10 @@ def test_perf_analyzer_tfserving_grpc(server):
         "-m", "ranker",
         "--shape", "features:1,16",
         "--concurrency-range", "1:2",
-        "--measurement-interval", "500",
-        "--max-trials", "6",
+        "--measurement-interval", "1000",
+        "--max-trials", "10",
+        # A functional check on a shared, noisy machine: accept any stable-enough window.
+        "--stability-percentage", "100",
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=180)
     output = result.stdout + result.stderr
