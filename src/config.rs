@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use crate::shm::ShmPolicy;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tensorport",
@@ -64,6 +66,10 @@ pub struct ServeArgs {
     /// Async worker threads for the network side (0: one per core).
     #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
+
+    /// Who may register system shared-memory regions: off, local (peers on loopback only) or any.
+    #[arg(long, env = "TENSORPORT_SHM", value_enum, default_value_t = ShmPolicy::Local)]
+    pub shm: ShmPolicy,
 
     /// Largest request body or gRPC message, in bytes; also the largest tensor a request may
     /// expand to.

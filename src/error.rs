@@ -5,6 +5,7 @@
 //! the HTTP status, the gRPC code and the stable `error_type` label used in metrics.
 
 use crate::backend::{BackendError, Signature};
+use crate::shm::ShmError;
 use crate::tensor::DecodeError;
 
 /// Everything that can fail while answering a request.
@@ -35,6 +36,8 @@ pub enum Error {
     Decode(#[from] DecodeError),
     #[error(transparent)]
     Backend(#[from] BackendError),
+    #[error(transparent)]
+    Shm(#[from] ShmError),
     #[error("{0}")]
     Unimplemented(String),
     #[error("{0}")]
@@ -46,6 +49,8 @@ pub enum Error {
 pub enum ErrorKind {
     NotFound,
     InvalidArgument,
+    AlreadyExists,
+    PermissionDenied,
     Unavailable,
     ResourceExhausted,
     DeadlineExceeded,
@@ -68,6 +73,8 @@ impl ErrorKind {
         let (http_status, grpc_code, error_type) = match self {
             Self::NotFound => (404, Code::NotFound, "not_found"),
             Self::InvalidArgument => (400, Code::InvalidArgument, "invalid_argument"),
+            Self::AlreadyExists => (409, Code::AlreadyExists, "already_exists"),
+            Self::PermissionDenied => (403, Code::PermissionDenied, "permission_denied"),
             Self::Unavailable => (503, Code::Unavailable, "unavailable"),
             Self::ResourceExhausted => (429, Code::ResourceExhausted, "resource_exhausted"),
             Self::DeadlineExceeded => (504, Code::DeadlineExceeded, "deadline_exceeded"),
@@ -95,6 +102,11 @@ impl Error {
             | Self::InvalidArgument(_)
             | Self::Decode(_) => ErrorKind::InvalidArgument,
             Self::Backend(err) => err.kind(),
+            Self::Shm(err) => match err {
+                ShmError::AlreadyExists(_) => ErrorKind::AlreadyExists,
+                ShmError::Disabled | ShmError::RemotePeer(_) => ErrorKind::PermissionDenied,
+                _ => ErrorKind::InvalidArgument,
+            },
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) => ErrorKind::Internal,
         }

@@ -3,10 +3,13 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::backend::{NamedTensor, Signature};
 use crate::error::Error;
+use crate::metrics::{CopyStage, Metrics};
 use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
+use crate::shm::ShmRegistry;
 use crate::tensor::DecodeLimits;
 
 /// A decoded request for one model version and signature.
@@ -36,11 +39,31 @@ impl PredictionResult {
 pub struct InferService {
     repository: ModelRepository,
     limits: DecodeLimits,
+    metrics: Arc<Metrics>,
+    shm: Arc<ShmRegistry>,
 }
 
 impl InferService {
-    pub fn new(repository: ModelRepository, limits: DecodeLimits) -> Self {
-        Self { repository, limits }
+    pub fn new(
+        repository: ModelRepository,
+        limits: DecodeLimits,
+        metrics: Arc<Metrics>,
+        shm: Arc<ShmRegistry>,
+    ) -> Self {
+        Self {
+            repository,
+            limits,
+            metrics,
+            shm,
+        }
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn shm(&self) -> &ShmRegistry {
+        &self.shm
     }
 
     pub fn repository(&self) -> &ModelRepository {
@@ -77,19 +100,42 @@ impl InferService {
             .ok_or_else(|| Error::Internal("signature index out of range".into()))?;
         check_inputs(sig, &inputs)?;
         let outputs = select_outputs(sig, output_filter)?;
+        let misaligned = inputs.iter().map(|(_, t)| t.misaligned_bytes()).sum();
+        self.metrics
+            .record_copy(CopyStage::InputAlignment, misaligned);
+        let rows = inputs
+            .first()
+            .and_then(|(_, t)| t.shape().first().copied())
+            .unwrap_or(1) as u64;
 
+        let arrived = Instant::now();
         let runner = model.clone();
-        let outputs = tokio::task::spawn_blocking(move || {
+        let result = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
             let sig = &runner.backend.signatures()[signature];
-            runner.backend.run(sig, inputs, &outputs)
+            let result = runner.backend.run(sig, inputs, &outputs);
+            runner.stats.queue.record(started.duration_since(arrived));
+            runner.stats.compute_infer.record(started.elapsed());
+            result
         })
         .await
-        .map_err(|err| Error::Internal(format!("inference task failed: {err}")))??;
-        Ok(PredictionResult {
-            model,
-            signature,
-            outputs,
-        })
+        .map_err(|err| Error::Internal(format!("inference task failed: {err}")))
+        .and_then(|result| result.map_err(Error::from));
+        match result {
+            Ok(outputs) => {
+                model.stats.record_execution(rows);
+                model.stats.success.record(arrived.elapsed());
+                Ok(PredictionResult {
+                    model,
+                    signature,
+                    outputs,
+                })
+            }
+            Err(err) => {
+                model.stats.fail.record(arrived.elapsed());
+                Err(err)
+            }
+        }
     }
 }
 

@@ -21,9 +21,12 @@ pub mod backend;
 pub mod config;
 pub mod error;
 pub mod infer;
+pub mod metrics;
 pub mod proto;
 pub mod repository;
 pub mod server;
+pub mod shm;
+pub mod stats;
 pub mod tensor;
 
 pub use error::{Error, ErrorKind};

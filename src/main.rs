@@ -11,7 +11,9 @@ use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
 use tensorport::backend::onnx_library;
 use tensorport::config::{Cli, Command, ConfigError, ServeArgs};
 use tensorport::infer::InferService;
+use tensorport::metrics::Metrics;
 use tensorport::repository::{Loader, ModelRepository};
+use tensorport::shm::ShmRegistry;
 use tensorport::tensor::DecodeLimits;
 use tensorport::{Listeners, ServerOptions};
 
@@ -74,6 +76,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         DecodeLimits {
             max_tensor_bytes: max_request_bytes,
         },
+        Arc::new(Metrics::new()),
+        Arc::new(ShmRegistry::new(args.shm)),
     ));
 
     let mut runtime = tokio::runtime::Builder::new_multi_thread();

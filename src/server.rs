@@ -4,14 +4,20 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
+use std::net::SocketAddr;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::api::rest_util::RestError;
-use crate::api::tfserving;
+use crate::api::{kserve, tfserving};
 use crate::infer::InferService;
+use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::tensorflow::serving::{
     model_service_server::ModelServiceServer, prediction_service_server::PredictionServiceServer,
 };
@@ -40,9 +46,26 @@ pub enum ServerError {
 
 /// The HTTP application: TF Serving REST routes and a JSON 404 for everything else.
 pub fn rest_app(infer: Arc<InferService>, options: ServerOptions) -> Router {
-    tfserving::rest::routes(infer)
+    tfserving::rest::routes(infer.clone())
+        .merge(kserve::http::routes(infer.clone()))
+        .merge(
+            Router::new()
+                .route("/metrics", get(metrics))
+                .with_state(infer),
+        )
         .fallback(|uri: axum::http::Uri| async move { RestError::not_found_path(uri.path()) })
         .layer(DefaultBodyLimit::max(options.max_request_bytes))
+}
+
+async fn metrics(State(infer): State<Arc<InferService>>) -> Response {
+    let (regions, bytes) = infer.shm().usage();
+    infer.metrics().set_shared_memory(regions, bytes);
+    let mut response = infer.metrics().encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
 }
 
 /// Serves until `shutdown` resolves, then stops accepting and lets in-flight requests finish.
@@ -63,6 +86,7 @@ pub async fn run(
     };
 
     let tf = tfserving::grpc::TfServingGrpc::new(infer.clone());
+    let kserve_grpc = kserve::grpc::KserveGrpc::new(infer.clone());
     let limit = options.max_request_bytes;
     let grpc = tonic::transport::Server::builder()
         .add_service(
@@ -75,12 +99,17 @@ pub async fn run(
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
         )
+        .add_service(
+            GrpcInferenceServiceServer::new(kserve_grpc)
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(usize::MAX),
+        )
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
             stopped(stop_rx.clone()),
         );
-    let rest = axum::serve(listeners.rest, rest_app(infer, options))
-        .with_graceful_shutdown(stopped(stop_rx));
+    let app = rest_app(infer, options).into_make_service_with_connect_info::<SocketAddr>();
+    let rest = axum::serve(listeners.rest, app).with_graceful_shutdown(stopped(stop_rx));
     let (grpc, rest) = tokio::join!(grpc, rest);
     grpc?;
     rest?;

@@ -39,6 +39,35 @@ pub fn decode_value(
     decode_with_shape(std::iter::once(value), &shape, shape.clone(), dtype, limits)
 }
 
+/// Decodes KServe `data`: the elements in row-major order, flat or nested in any way, filling
+/// the declared `shape`.
+pub fn decode_flat(
+    value: &Value,
+    shape: Vec<usize>,
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Result<Tensor, DecodeError> {
+    checked_byte_len(dtype, &shape, limits)?;
+    let count = element_count(&shape)?;
+    let mut leaves = Vec::new();
+    flatten(value, &mut leaves);
+    if leaves.len() != count {
+        return Err(DecodeError::ElementCountMismatch {
+            shape,
+            expected: count,
+            actual: leaves.len(),
+        });
+    }
+    convert_leaves(&leaves, shape, dtype)
+}
+
+fn flatten<'v>(value: &'v Value, out: &mut Vec<&'v Value>) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|item| flatten(item, out)),
+        leaf => out.push(leaf),
+    }
+}
+
 /// The shape implied by following the first element of each nested array.
 fn infer_shape(mut value: &Value) -> Vec<usize> {
     let mut shape = Vec::new();
@@ -68,6 +97,14 @@ fn decode_with_shape<'v>(
     if leaves.len() != count {
         return Err(ragged(&shape));
     }
+    convert_leaves(&leaves, shape, dtype)
+}
+
+fn convert_leaves(
+    leaves: &[&Value],
+    shape: Vec<usize>,
+    dtype: DataType,
+) -> Result<Tensor, DecodeError> {
     match dtype {
         DataType::String => {
             let strings = leaves
@@ -76,33 +113,33 @@ fn decode_with_shape<'v>(
                 .collect::<Result<_, _>>()?;
             Tensor::strings(shape, strings)
         }
-        DataType::Bool => typed(&leaves, shape, |v| {
+        DataType::Bool => typed(leaves, shape, |v| {
             v.as_bool().map(|b| BoolByte(u8::from(b)))
         }),
-        DataType::U8 => typed(&leaves, shape, |v| {
+        DataType::U8 => typed(leaves, shape, |v| {
             v.as_u64().and_then(|n| u8::try_from(n).ok())
         }),
-        DataType::U16 => typed(&leaves, shape, |v| {
+        DataType::U16 => typed(leaves, shape, |v| {
             v.as_u64().and_then(|n| u16::try_from(n).ok())
         }),
-        DataType::U32 => typed(&leaves, shape, |v| {
+        DataType::U32 => typed(leaves, shape, |v| {
             v.as_u64().and_then(|n| u32::try_from(n).ok())
         }),
-        DataType::U64 => typed(&leaves, shape, Value::as_u64),
-        DataType::I8 => typed(&leaves, shape, |v| {
+        DataType::U64 => typed(leaves, shape, Value::as_u64),
+        DataType::I8 => typed(leaves, shape, |v| {
             v.as_i64().and_then(|n| i8::try_from(n).ok())
         }),
-        DataType::I16 => typed(&leaves, shape, |v| {
+        DataType::I16 => typed(leaves, shape, |v| {
             v.as_i64().and_then(|n| i16::try_from(n).ok())
         }),
-        DataType::I32 => typed(&leaves, shape, |v| {
+        DataType::I32 => typed(leaves, shape, |v| {
             v.as_i64().and_then(|n| i32::try_from(n).ok())
         }),
-        DataType::I64 => typed(&leaves, shape, Value::as_i64),
-        DataType::F16 => typed(&leaves, shape, |v| float(v).map(half::f16::from_f64)),
-        DataType::BF16 => typed(&leaves, shape, |v| float(v).map(half::bf16::from_f64)),
-        DataType::F32 => typed(&leaves, shape, |v| float(v).map(|f| f as f32)),
-        DataType::F64 => typed(&leaves, shape, float),
+        DataType::I64 => typed(leaves, shape, Value::as_i64),
+        DataType::F16 => typed(leaves, shape, |v| float(v).map(half::f16::from_f64)),
+        DataType::BF16 => typed(leaves, shape, |v| float(v).map(half::bf16::from_f64)),
+        DataType::F32 => typed(leaves, shape, |v| float(v).map(|f| f as f32)),
+        DataType::F64 => typed(leaves, shape, float),
     }
 }
 
@@ -191,6 +228,14 @@ fn wrong_type(value: &Value, dtype: DataType) -> DecodeError {
     DecodeError::Malformed(format!(
         "expected {expected} for dtype {dtype}, got {found}"
     ))
+}
+
+/// Writes every element of a tensor as one flat array (KServe's `data`).
+pub fn write_flat(out: &mut Vec<u8>, tensor: &Tensor) -> Result<(), DecodeError> {
+    let elements = Elements::of(tensor)?;
+    let mut next = 0;
+    write_nested(out, &[tensor.element_count()], &elements, &mut next, false);
+    Ok(())
 }
 
 /// Writes a tensor, or one row of it (`row` indexes the first dimension), as nested arrays.

@@ -3,5 +3,6 @@
 
 pub mod json_body;
 pub mod json_tensor;
+pub mod kserve;
 pub mod rest_util;
 pub mod tfserving;

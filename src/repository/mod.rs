@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::backend::onnx::{OnnxRuntime, OnnxThreads};
 use crate::backend::{Backend, BackendError, Signature};
 use crate::error::Error;
+use crate::stats::ModelStats;
 
 /// Turns a version folder into a running backend.
 pub struct Loader {
@@ -37,6 +38,7 @@ pub struct LoadedModel {
     pub name: String,
     pub version: u64,
     pub backend: Box<dyn Backend>,
+    pub stats: ModelStats,
 }
 
 impl LoadedModel {
@@ -142,6 +144,7 @@ impl ModelRepository {
                                 name: folder.name.clone(),
                                 version: latest.version,
                                 backend,
+                                stats: ModelStats::default(),
                             }))
                         }
                         Err(err) => {

@@ -145,6 +145,19 @@ impl Tensor {
         }
     }
 
+    /// Bytes a typed view of this tensor would have to copy because its buffer is not aligned
+    /// for the element type (a slice of a protobuf message can start anywhere).
+    pub fn misaligned_bytes(&self) -> usize {
+        match (&self.data, self.dtype.size()) {
+            (TensorData::Dense(bytes), Some(size))
+                if !(bytes.as_ptr() as usize).is_multiple_of(size) =>
+            {
+                bytes.len()
+            }
+            _ => 0,
+        }
+    }
+
     /// Splits the tensor into its parts.
     pub fn into_parts(self) -> (DataType, Vec<usize>, TensorData) {
         (self.dtype, self.shape, self.data)

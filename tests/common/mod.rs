@@ -9,7 +9,9 @@ use std::sync::{Arc, OnceLock};
 use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
 use tensorport::backend::onnx_library;
 use tensorport::infer::InferService;
+use tensorport::metrics::Metrics;
 use tensorport::repository::{Loader, ModelRepository};
+use tensorport::shm::{ShmPolicy, ShmRegistry};
 use tensorport::tensor::DecodeLimits;
 use tensorport::{Listeners, ServerOptions};
 use tokio::net::TcpListener;
@@ -55,7 +57,12 @@ impl TestServer {
         };
         let repository = ModelRepository::load(&repo_path("examples/models"), &loader)
             .unwrap_or_else(|err| panic!("{err}"));
-        let infer = Arc::new(InferService::new(repository, DecodeLimits::default()));
+        let infer = Arc::new(InferService::new(
+            repository,
+            DecodeLimits::default(),
+            Arc::new(Metrics::new()),
+            Arc::new(ShmRegistry::new(ShmPolicy::Local)),
+        ));
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind gRPC");
         let rest = TcpListener::bind("127.0.0.1:0").await.expect("bind REST");
         let grpc_url = format!("http://{}", grpc.local_addr().expect("gRPC address"));

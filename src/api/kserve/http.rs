@@ -1,0 +1,636 @@
+//! KServe v2 over HTTP, under `/v2`, including Triton's binary tensor data and shared-memory
+//! extensions.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Map, Value};
+
+use super::{
+    codec, config_json, infer, model_config, model_metadata, param_bool, repository_index,
+    InferRequest, InferResponse, InputData, InputRequest, ModelMetadata, OutputRequest, Param,
+    Params, ShmRef, EXTENSIONS,
+};
+use crate::api::json_body;
+use crate::api::json_tensor::{decode_flat, write_flat, write_json_str};
+use crate::api::rest_util::{json_response, raw_json_response, RestError};
+use crate::error::Error;
+use crate::infer::InferService;
+use crate::shm::{Peer, ShmError};
+use crate::tensor::{shape_from_dims, DecodeLimits};
+
+/// Header that splits a binary-extension body into its JSON part and its tensor data.
+const HEADER_LENGTH: &str = "inference-header-content-length";
+
+type Shared = State<Arc<InferService>>;
+type Reply = Result<Response, RestError>;
+
+/// The `/v2` routes.
+pub fn routes(service: Arc<InferService>) -> Router {
+    Router::new()
+        .route("/v2", get(server_metadata))
+        .route(
+            "/v2/health/live",
+            get(|| async { json_response(&json!({ "live": true })) }),
+        )
+        .route(
+            "/v2/health/ready",
+            get(|| async { json_response(&json!({ "ready": true })) }),
+        )
+        .route("/v2/models/stats", get(all_stats))
+        .route("/v2/models/{name}", get(metadata))
+        .route("/v2/models/{name}/ready", get(ready))
+        .route("/v2/models/{name}/config", get(config))
+        .route("/v2/models/{name}/stats", get(stats))
+        .route("/v2/models/{name}/infer", post(infer_latest))
+        .route(
+            "/v2/models/{name}/versions/{version}",
+            get(metadata_version),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/ready",
+            get(ready_version),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/config",
+            get(config_version),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/stats",
+            get(stats_version),
+        )
+        .route(
+            "/v2/models/{name}/versions/{version}/infer",
+            post(infer_version),
+        )
+        .route("/v2/repository/index", post(index))
+        .route("/v2/systemsharedmemory/status", get(shm_status_all))
+        .route(
+            "/v2/systemsharedmemory/region/{region}/status",
+            get(shm_status),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{region}/register",
+            post(shm_register),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{region}/unregister",
+            post(shm_unregister),
+        )
+        .route(
+            "/v2/systemsharedmemory/unregister",
+            post(shm_unregister_all),
+        )
+        .route(
+            "/v2/cudasharedmemory/status",
+            get(|| async { json_response(&json!([])) }),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{region}/status",
+            get(cuda_status),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{region}/register",
+            post(cuda_register),
+        )
+        .route("/v2/cudasharedmemory/region/{region}/unregister", post(ok))
+        .route("/v2/cudasharedmemory/unregister", post(ok))
+        .with_state(service)
+}
+
+async fn ok() -> Response {
+    StatusCode::OK.into_response()
+}
+
+async fn server_metadata() -> Response {
+    json_response(&json!({
+        "name": "tensorport",
+        "version": env!("CARGO_PKG_VERSION"),
+        "extensions": EXTENSIONS,
+    }))
+}
+
+fn metadata_json(meta: ModelMetadata) -> Value {
+    let tensors = |list: &[super::TensorMetadata]| -> Vec<Value> {
+        list.iter()
+            .map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }))
+            .collect()
+    };
+    json!({
+        "name": meta.name,
+        "versions": meta.versions,
+        "platform": meta.platform,
+        "inputs": tensors(&meta.inputs),
+        "outputs": tensors(&meta.outputs),
+    })
+}
+
+async fn metadata(State(s): Shared, Path(name): Path<String>) -> Reply {
+    Ok(json_response(&metadata_json(model_metadata(
+        &s, &name, "",
+    )?)))
+}
+
+async fn metadata_version(
+    State(s): Shared,
+    Path((name, version)): Path<(String, String)>,
+) -> Reply {
+    Ok(json_response(&metadata_json(model_metadata(
+        &s, &name, &version,
+    )?)))
+}
+
+/// 200 when the model (version) can serve; an error status otherwise, as Triton answers.
+fn readiness(s: &InferService, name: &str, version: &str) -> Reply {
+    s.resolve(name, super::version_selector(version)?)?;
+    Ok(json_response(&json!({ "name": name, "ready": true })))
+}
+
+async fn ready(State(s): Shared, Path(name): Path<String>) -> Reply {
+    readiness(&s, &name, "")
+}
+
+async fn ready_version(State(s): Shared, Path((name, version)): Path<(String, String)>) -> Reply {
+    readiness(&s, &name, &version)
+}
+
+async fn config(State(s): Shared, Path(name): Path<String>) -> Reply {
+    Ok(json_response(&config_json(&model_config(&s, &name, "")?)))
+}
+
+async fn config_version(State(s): Shared, Path((name, version)): Path<(String, String)>) -> Reply {
+    Ok(json_response(&config_json(&model_config(
+        &s, &name, &version,
+    )?)))
+}
+
+fn stats_json(s: &InferService, name: Option<&str>, version: &str) -> Result<Value, Error> {
+    let stats = super::grpc::statistics(s, name, version)?;
+    let duration = |d: &Option<crate::proto::inference::StatisticDuration>| {
+        let d = d.unwrap_or_default();
+        json!({ "count": d.count, "ns": d.ns })
+    };
+    let models: Vec<Value> = stats
+        .model_stats
+        .iter()
+        .map(|m| {
+            let i = m.inference_stats.unwrap_or_default();
+            json!({
+                "name": m.name,
+                "version": m.version,
+                "last_inference": m.last_inference,
+                "inference_count": m.inference_count,
+                "execution_count": m.execution_count,
+                "inference_stats": {
+                    "success": duration(&i.success),
+                    "fail": duration(&i.fail),
+                    "queue": duration(&i.queue),
+                    "compute_input": duration(&i.compute_input),
+                    "compute_infer": duration(&i.compute_infer),
+                    "compute_output": duration(&i.compute_output),
+                    "cache_hit": duration(&i.cache_hit),
+                    "cache_miss": duration(&i.cache_miss),
+                },
+                "batch_stats": [],
+            })
+        })
+        .collect();
+    Ok(json!({ "model_stats": models }))
+}
+
+async fn all_stats(State(s): Shared) -> Reply {
+    Ok(json_response(&stats_json(&s, None, "")?))
+}
+
+async fn stats(State(s): Shared, Path(name): Path<String>) -> Reply {
+    Ok(json_response(&stats_json(&s, Some(&name), "")?))
+}
+
+async fn stats_version(State(s): Shared, Path((name, version)): Path<(String, String)>) -> Reply {
+    Ok(json_response(&stats_json(&s, Some(&name), &version)?))
+}
+
+async fn index(State(s): Shared, body: Bytes) -> Reply {
+    let ready_only = if body.is_empty() {
+        false
+    } else {
+        let request = parse_object(&body)?;
+        matches!(request.get("ready"), Some(Value::Bool(true)))
+    };
+    let rows: Vec<Value> = repository_index(&s, ready_only)
+        .into_iter()
+        .map(|e| json!({ "name": e.name, "version": e.version, "state": e.state, "reason": e.reason }))
+        .collect();
+    Ok(json_response(&Value::Array(rows)))
+}
+
+async fn infer_latest(
+    State(s): Shared,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Reply {
+    run_infer(&s, name, String::new(), &headers, body).await
+}
+
+async fn infer_version(
+    State(s): Shared,
+    Path((name, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Reply {
+    run_infer(&s, name, version, &headers, body).await
+}
+
+async fn run_infer(
+    s: &InferService,
+    model: String,
+    version: String,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Reply {
+    let (header, binary) = split_body(headers, body)?;
+    let request = parse_object(&header)?;
+    let decoded = decode_request(&request, model, version, binary, s.limits())?;
+    let response = infer(s, decoded).await?;
+    Ok(encode_response(&response)?)
+}
+
+/// Splits a binary-extension body at `Inference-Header-Content-Length`.
+fn split_body(headers: &HeaderMap, body: Bytes) -> Result<(Bytes, Bytes), Error> {
+    let Some(value) = headers.get(HEADER_LENGTH) else {
+        return Ok((body, Bytes::new()));
+    };
+    let length = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .ok_or_else(|| {
+            Error::invalid("Inference-Header-Content-Length must be a non-negative integer")
+        })?;
+    if length > body.len() {
+        return Err(Error::invalid(format!(
+            "Inference-Header-Content-Length is {length} but the body has only {} bytes",
+            body.len()
+        )));
+    }
+    Ok((body.slice(..length), body.slice(length..)))
+}
+
+fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Error> {
+    match json_body::parse(body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Error::invalid("the request body must be a JSON object")),
+        Err(err) => Err(Error::invalid(format!(
+            "the request body is not valid JSON: {err}"
+        ))),
+    }
+}
+
+fn params(value: Option<&Value>, what: &str) -> Result<Params, Error> {
+    let Some(value) = value else {
+        return Ok(Params::new());
+    };
+    let Value::Object(map) = value else {
+        return Err(Error::invalid(format!(
+            "{what} parameters must be a JSON object"
+        )));
+    };
+    map.iter()
+        .map(|(key, value)| {
+            let param = match value {
+                Value::Bool(b) => Param::Bool(*b),
+                Value::String(s) => Param::Str(s.clone()),
+                Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                    (Some(u), _, _) => Param::Uint(u),
+                    (None, Some(i), _) => Param::Int(i),
+                    (None, None, Some(f)) => Param::Double(f),
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "parameter {key} is not a usable number"
+                        )))
+                    }
+                },
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "parameter {key} must be a boolean, number or string"
+                    )))
+                }
+            };
+            Ok((key.clone(), param))
+        })
+        .collect()
+}
+
+fn string_field<'v>(
+    object: &'v Map<String, Value>,
+    key: &str,
+    what: &str,
+) -> Result<&'v str, Error> {
+    match object.get(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(Error::invalid(format!(
+            "{what}: \"{key}\" must be a string"
+        ))),
+        None => Err(Error::invalid(format!("{what}: \"{key}\" is missing"))),
+    }
+}
+
+fn decode_request(
+    request: &Map<String, Value>,
+    model: String,
+    version: String,
+    binary: Bytes,
+    limits: &DecodeLimits,
+) -> Result<InferRequest, Error> {
+    let id = match request.get("id") {
+        None => String::new(),
+        Some(Value::String(id)) => id.clone(),
+        Some(_) => return Err(Error::invalid("\"id\" must be a string")),
+    };
+    let request_params = params(request.get("parameters"), "request")?;
+    let Some(Value::Array(inputs)) = request.get("inputs") else {
+        return Err(Error::invalid("the request needs an \"inputs\" array"));
+    };
+    let mut cursor = 0usize;
+    let inputs = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| decode_input(i, input, &binary, &mut cursor, limits))
+        .collect::<Result<Vec<_>, _>>()?;
+    if cursor != binary.len() {
+        return Err(Error::invalid(format!(
+            "the body has {} bytes of binary tensor data that no input claims with binary_data_size",
+            binary.len() - cursor
+        )));
+    }
+    let all_binary = param_bool(&request_params, "binary_data_output")?;
+    let outputs = match request.get("outputs") {
+        None => Vec::new(),
+        Some(Value::Array(outputs)) => outputs
+            .iter()
+            .map(|output| decode_output(output, all_binary))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(Error::invalid("\"outputs\" must be an array")),
+    };
+    Ok(InferRequest {
+        model,
+        version,
+        id,
+        inputs,
+        outputs,
+        binary_by_default: all_binary,
+    })
+}
+
+fn decode_input(
+    index: usize,
+    input: &Value,
+    binary: &Bytes,
+    cursor: &mut usize,
+    limits: &DecodeLimits,
+) -> Result<InputRequest, Error> {
+    let what = format!("input {index}");
+    let Value::Object(input) = input else {
+        return Err(Error::invalid(format!("{what} must be a JSON object")));
+    };
+    let name = string_field(input, "name", &what)?.to_owned();
+    let what = format!("input '{name}'");
+    let dtype = codec::parse_datatype(string_field(input, "datatype", &what)?)
+        .map_err(|err| Error::from(err.in_input(&name)))?;
+    let dims: Vec<i64> = match input.get("shape") {
+        Some(Value::Array(dims)) => dims
+            .iter()
+            .map(|d| {
+                d.as_i64()
+                    .ok_or_else(|| Error::invalid(format!("{what}: shape must hold integers")))
+            })
+            .collect::<Result<_, _>>()?,
+        _ => {
+            return Err(Error::invalid(format!(
+                "{what}: \"shape\" must be an array"
+            )))
+        }
+    };
+    let shape = shape_from_dims(&dims).map_err(|err| Error::from(err.in_input(&name)))?;
+    let input_params = params(input.get("parameters"), &what)?;
+    let shm = ShmRef::from_params(&input_params)?;
+    let binary_size = match input_params.get("binary_data_size") {
+        None => None,
+        Some(Param::Uint(n)) => Some(
+            usize::try_from(*n)
+                .map_err(|_| Error::invalid(format!("{what}: binary_data_size is too large")))?,
+        ),
+        Some(_) => {
+            return Err(Error::invalid(format!(
+                "{what}: binary_data_size must be a non-negative integer"
+            )))
+        }
+    };
+    let data = input.get("data");
+    let sources = usize::from(shm.is_some())
+        + usize::from(binary_size.is_some())
+        + usize::from(data.is_some());
+    if sources != 1 {
+        return Err(Error::invalid(format!(
+            "{what} must carry its data in exactly one way: \"data\", binary_data_size, or shared memory (it uses {sources})"
+        )));
+    }
+    let data = match (shm, binary_size, data) {
+        (Some(shm), _, _) => InputData::SharedMemory(shm),
+        (None, Some(size), _) => {
+            let end = cursor
+                .checked_add(size)
+                .filter(|&end| end <= binary.len())
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                    "{what}: binary_data_size {size} runs past the end of the body's binary data"
+                ))
+                })?;
+            let raw = binary.slice(*cursor..end);
+            *cursor = end;
+            InputData::Inline(
+                codec::from_raw(dtype, shape.clone(), raw).map_err(|e| e.in_input(&name))?,
+            )
+        }
+        (None, None, Some(data)) => InputData::Inline(
+            decode_flat(data, shape.clone(), dtype, limits).map_err(|e| e.in_input(&name))?,
+        ),
+        (None, None, None) => unreachable_source(&what)?,
+    };
+    Ok(InputRequest {
+        name,
+        dtype,
+        shape,
+        data,
+    })
+}
+
+/// Kept as an error rather than a panic: the source count above rules this case out.
+fn unreachable_source(what: &str) -> Result<InputData, Error> {
+    Err(Error::invalid(format!("{what} carries no data")))
+}
+
+fn decode_output(output: &Value, all_binary: bool) -> Result<OutputRequest, Error> {
+    let Value::Object(output) = output else {
+        return Err(Error::invalid(
+            "each requested output must be a JSON object",
+        ));
+    };
+    let name = string_field(output, "name", "requested output")?.to_owned();
+    let output_params = params(output.get("parameters"), &format!("output '{name}'"))?;
+    let binary = match output_params.get("binary_data") {
+        Some(Param::Bool(b)) => *b,
+        Some(_) => {
+            return Err(Error::invalid(format!(
+                "output '{name}': binary_data must be a boolean"
+            )))
+        }
+        None => all_binary,
+    };
+    if output_params.contains_key("classification") {
+        return Err(Error::invalid(format!(
+            "output '{name}': the classification extension is not supported"
+        )));
+    }
+    Ok(OutputRequest {
+        name,
+        binary,
+        shm: ShmRef::from_params(&output_params)?,
+    })
+}
+
+/// JSON, or JSON followed by binary tensor data when any output asked for it.
+fn encode_response(response: &InferResponse) -> Result<Response, Error> {
+    let mut json = Vec::with_capacity(256);
+    let mut blobs: Vec<Bytes> = Vec::new();
+    json.extend_from_slice(b"{\"model_name\":");
+    write_json_str(&mut json, &response.model_name);
+    json.extend_from_slice(b",\"model_version\":");
+    write_json_str(&mut json, &response.model_version);
+    if !response.id.is_empty() {
+        json.extend_from_slice(b",\"id\":");
+        write_json_str(&mut json, &response.id);
+    }
+    json.extend_from_slice(b",\"outputs\":[");
+    for (i, output) in response.outputs.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        json.extend_from_slice(b"{\"name\":");
+        write_json_str(&mut json, &output.name);
+        json.extend_from_slice(b",\"datatype\":\"");
+        json.extend_from_slice(codec::datatype_name(output.tensor.dtype()).as_bytes());
+        json.extend_from_slice(b"\",\"shape\":");
+        json.extend_from_slice(
+            serde_json::to_string(output.tensor.shape())
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        if output.shm.is_some() {
+            // Shared-memory outputs carry no data and, as clients expect, no parameters.
+        } else if output.binary {
+            let raw = codec::to_raw(&output.tensor);
+            json.extend_from_slice(b",\"parameters\":{\"binary_data_size\":");
+            json.extend_from_slice(raw.len().to_string().as_bytes());
+            json.push(b'}');
+            blobs.push(raw);
+        } else {
+            json.extend_from_slice(b",\"data\":");
+            write_flat(&mut json, &output.tensor)?;
+        }
+        json.push(b'}');
+    }
+    json.extend_from_slice(b"]}");
+    if blobs.is_empty() {
+        return Ok(raw_json_response(json));
+    }
+    let header_length = json.len();
+    let total = header_length + blobs.iter().map(Bytes::len).sum::<usize>();
+    let mut body = Vec::with_capacity(total);
+    body.extend_from_slice(&json);
+    for blob in &blobs {
+        body.extend_from_slice(blob);
+    }
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(HEADER_LENGTH, HeaderValue::from(header_length));
+    Ok(response)
+}
+
+fn peer(addr: SocketAddr) -> Peer {
+    Peer::Ip(addr.ip())
+}
+
+async fn shm_status_all(State(s): Shared) -> Reply {
+    shm_status_json(&s, None)
+}
+
+async fn shm_status(State(s): Shared, Path(region): Path<String>) -> Reply {
+    shm_status_json(&s, Some(&region))
+}
+
+fn shm_status_json(s: &InferService, region: Option<&str>) -> Reply {
+    let rows: Vec<Value> = s
+        .shm()
+        .status(region)
+        .map_err(Error::from)?
+        .into_iter()
+        .map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }))
+        .collect();
+    Ok(json_response(&Value::Array(rows)))
+}
+
+async fn shm_register(
+    State(s): Shared,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Path(region): Path<String>,
+    body: Bytes,
+) -> Reply {
+    let request = parse_object(&body)?;
+    let key = string_field(&request, "key", "register")?;
+    let number = |field: &str| -> Result<u64, Error> {
+        match request.get(field) {
+            None if field == "offset" => Ok(0),
+            Some(value) => value.as_u64().ok_or_else(|| {
+                Error::invalid(format!(
+                    "register: \"{field}\" must be a non-negative integer"
+                ))
+            }),
+            None => Err(Error::invalid(format!("register: \"{field}\" is missing"))),
+        }
+    };
+    let (offset, byte_size) = (number("offset")?, number("byte_size")?);
+    s.shm()
+        .register(&region, key, offset, byte_size, peer(addr))
+        .map_err(Error::from)?;
+    Ok(ok().await)
+}
+
+async fn shm_unregister(State(s): Shared, Path(region): Path<String>) -> Reply {
+    s.shm().unregister(Some(&region)).map_err(Error::from)?;
+    Ok(ok().await)
+}
+
+async fn shm_unregister_all(State(s): Shared) -> Reply {
+    s.shm().unregister(None).map_err(Error::from)?;
+    Ok(ok().await)
+}
+
+async fn cuda_status(Path(region): Path<String>) -> Reply {
+    Err(Error::from(ShmError::NotFound(region)).into())
+}
+
+async fn cuda_register() -> Reply {
+    Err(Error::from(ShmError::CudaUnsupported).into())
+}

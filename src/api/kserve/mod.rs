@@ -1,0 +1,290 @@
+//! The KServe v2 / Triton protocol: HTTP under `/v2` and `inference.GRPCInferenceService`.
+//!
+//! Both transports decode into [`InferRequest`] and share [`infer`], which resolves
+//! shared-memory inputs, runs the request through [`InferService`] and writes shared-memory
+//! outputs. What differs per transport is only how tensors and parameters are spelled.
+
+pub mod codec;
+pub mod grpc;
+pub mod http;
+mod model_info;
+
+pub use model_info::{
+    config_json, model_config, model_metadata, repository_index, IndexEntry, ModelMetadata,
+    TensorMetadata,
+};
+
+use std::collections::BTreeMap;
+
+use crate::backend::DEFAULT_SIGNATURE;
+use crate::error::Error;
+use crate::infer::{InferService, Prediction};
+use crate::metrics::CopyStage;
+use crate::repository::VersionSelector;
+use crate::shm::ShmError;
+use crate::tensor::{element_count, DataType, Tensor};
+
+/// Extensions this server implements, as `GET /v2` and `ServerMetadata` report them.
+pub const EXTENSIONS: &[&str] = &[
+    "model_repository",
+    "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+];
+
+/// A request parameter value, whichever transport carried it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Double(f64),
+    Str(String),
+}
+
+pub type Params = BTreeMap<String, Param>;
+
+fn param_u64(params: &Params, key: &str) -> Result<Option<u64>, Error> {
+    match params.get(key) {
+        None => Ok(None),
+        Some(Param::Uint(v)) => Ok(Some(*v)),
+        Some(Param::Int(v)) => u64::try_from(*v)
+            .map(Some)
+            .map_err(|_| Error::invalid(format!("parameter {key} must not be negative, got {v}"))),
+        Some(other) => Err(Error::invalid(format!(
+            "parameter {key} must be an integer, got {other:?}"
+        ))),
+    }
+}
+
+/// Parameter `key` as a boolean (absent: false).
+pub fn param_bool(params: &Params, key: &str) -> Result<bool, Error> {
+    match params.get(key) {
+        None => Ok(false),
+        Some(Param::Bool(v)) => Ok(*v),
+        Some(other) => Err(Error::invalid(format!(
+            "parameter {key} must be a boolean, got {other:?}"
+        ))),
+    }
+}
+
+/// Where in a registered region a tensor lives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShmRef {
+    pub region: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
+impl ShmRef {
+    /// The `shared_memory_*` parameters of a tensor, if it names a region.
+    pub fn from_params(params: &Params) -> Result<Option<Self>, Error> {
+        let region = match params.get("shared_memory_region") {
+            None => return Ok(None),
+            Some(Param::Str(region)) => region.clone(),
+            Some(other) => {
+                return Err(Error::invalid(format!(
+                    "parameter shared_memory_region must be a string, got {other:?}"
+                )))
+            }
+        };
+        let byte_size = param_u64(params, "shared_memory_byte_size")?.ok_or_else(|| {
+            Error::invalid(format!(
+                "shared-memory tensor in region '{region}' needs parameter shared_memory_byte_size"
+            ))
+        })?;
+        let offset = param_u64(params, "shared_memory_offset")?.unwrap_or(0);
+        Ok(Some(Self {
+            region,
+            offset,
+            byte_size,
+        }))
+    }
+}
+
+/// Where an input's data is.
+#[derive(Debug)]
+pub enum InputData {
+    /// Decoded from the request itself (JSON, binary extension, raw or typed gRPC contents).
+    Inline(Tensor),
+    SharedMemory(ShmRef),
+}
+
+#[derive(Debug)]
+pub struct InputRequest {
+    pub name: String,
+    pub dtype: DataType,
+    pub shape: Vec<usize>,
+    pub data: InputData,
+}
+
+#[derive(Debug, Clone)]
+pub struct OutputRequest {
+    pub name: String,
+    /// Return the data in the binary extension (HTTP only).
+    pub binary: bool,
+    pub shm: Option<ShmRef>,
+}
+
+#[derive(Debug)]
+pub struct InferRequest {
+    pub model: String,
+    /// Empty for the newest available version.
+    pub version: String,
+    pub id: String,
+    pub inputs: Vec<InputRequest>,
+    /// Empty: every output of the signature.
+    pub outputs: Vec<OutputRequest>,
+    /// Whether outputs not named in `outputs` use the binary extension (HTTP only).
+    pub binary_by_default: bool,
+}
+
+pub struct OutputResult {
+    pub name: String,
+    pub tensor: Tensor,
+    pub binary: bool,
+    /// Set when the data was written into this region instead of being returned.
+    pub shm: Option<ShmRef>,
+}
+
+pub struct InferResponse {
+    pub model_name: String,
+    pub model_version: String,
+    pub id: String,
+    pub outputs: Vec<OutputResult>,
+}
+
+/// KServe's version field: empty means the newest available version.
+pub fn version_selector(version: &str) -> Result<VersionSelector, Error> {
+    if version.is_empty() {
+        return Ok(VersionSelector::Latest);
+    }
+    version
+        .parse::<u64>()
+        .ok()
+        .filter(|&v| v > 0)
+        .map(VersionSelector::Specific)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "'{version}' is not a model version (a positive integer)"
+            ))
+        })
+}
+
+/// Runs a decoded KServe request.
+pub async fn infer(service: &InferService, request: InferRequest) -> Result<InferResponse, Error> {
+    let model = service.resolve(&request.model, version_selector(&request.version)?)?;
+    let (signature, _) = model.signature(DEFAULT_SIGNATURE)?;
+    let inputs = request
+        .inputs
+        .into_iter()
+        .map(|input| {
+            let name = input.name.clone();
+            resolve_input(service, input)
+                .map(|tensor| (name.clone(), tensor))
+                .map_err(|err| with_input(err, &name))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let output_filter = request.outputs.iter().map(|o| o.name.clone()).collect();
+    let result = service
+        .predict(Prediction {
+            model,
+            signature,
+            inputs,
+            output_filter,
+        })
+        .await?;
+    let mut outputs = Vec::with_capacity(result.outputs.len());
+    for (name, tensor) in result.outputs {
+        let wanted = request.outputs.iter().find(|o| o.name == name);
+        let shm = wanted.and_then(|o| o.shm.clone());
+        if let Some(target) = &shm {
+            write_output(service, &name, &tensor, target)?;
+        }
+        outputs.push(OutputResult {
+            binary: wanted.map_or(request.binary_by_default, |o| o.binary),
+            name,
+            tensor,
+            shm,
+        });
+    }
+    Ok(InferResponse {
+        model_name: result.model.name.clone(),
+        model_version: result.model.version.to_string(),
+        id: request.id,
+        outputs,
+    })
+}
+
+fn with_input(err: Error, name: &str) -> Error {
+    match err {
+        Error::Decode(decode) => Error::Decode(decode.in_input(name)),
+        Error::Shm(shm) => Error::invalid(format!("input '{name}': {shm}")),
+        other => other,
+    }
+}
+
+/// The tensor of one input: inline data as decoded, or a view into its shared-memory region
+/// (no copy: the runtime reads the client's memory).
+fn resolve_input(service: &InferService, input: InputRequest) -> Result<Tensor, Error> {
+    let target = match input.data {
+        InputData::Inline(tensor) => {
+            if tensor.shape() != input.shape.as_slice() {
+                return Err(Error::invalid(format!(
+                    "shape {:?} does not match the data's shape {:?}",
+                    input.shape,
+                    tensor.shape()
+                )));
+            }
+            return Ok(tensor);
+        }
+        InputData::SharedMemory(target) => target,
+    };
+    if let Some(size) = input.dtype.size() {
+        let expected = element_count(&input.shape)?
+            .checked_mul(size)
+            .ok_or_else(|| Error::invalid(format!("shape {:?} is too large", input.shape)))?;
+        if target.byte_size != expected as u64 {
+            return Err(Error::invalid(format!(
+                "shared_memory_byte_size is {} but shape {:?} of {} needs {expected} bytes",
+                target.byte_size,
+                input.shape,
+                codec::datatype_name(input.dtype)
+            )));
+        }
+    }
+    let region = service.shm().get(&target.region)?;
+    let bytes = region.view(target.offset, target.byte_size)?;
+    Ok(codec::from_raw(input.dtype, input.shape, bytes)?)
+}
+
+/// Copies an output into the region the client named for it.
+fn write_output(
+    service: &InferService,
+    name: &str,
+    tensor: &Tensor,
+    target: &ShmRef,
+) -> Result<(), Error> {
+    let needed = codec::raw_len(tensor) as u64;
+    if needed > target.byte_size {
+        return Err(Error::invalid(format!(
+            "output '{name}' needs {needed} bytes but its shared_memory_byte_size is {}",
+            target.byte_size
+        )));
+    }
+    let region = service
+        .shm()
+        .get(&target.region)
+        .map_err(|err| Error::invalid(format!("output '{name}': {err}")))?;
+    let raw = codec::to_raw(tensor);
+    region
+        .write(target.offset, &raw)
+        .map_err(|err: ShmError| Error::invalid(format!("output '{name}': {err}")))?;
+    service
+        .metrics()
+        .record_copy(CopyStage::SharedMemoryOutput, raw.len());
+    Ok(())
+}

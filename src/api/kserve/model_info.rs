@@ -1,0 +1,202 @@
+//! Model metadata, configuration and repository index in KServe / Triton terms.
+
+use serde_json::{json, Value};
+
+use super::codec::datatype_name;
+use super::version_selector;
+use crate::backend::{Signature, TensorSpec};
+use crate::error::Error;
+use crate::infer::InferService;
+use crate::proto::inference::{DataType as ConfigType, ModelConfig, ModelInput, ModelOutput};
+use crate::repository::{LoadedModel, VersionRecord};
+use crate::tensor::DataType;
+
+/// The largest batch reported to Triton clients for a model whose every input and output has
+/// a dynamic first dimension. Requests may be larger; the figure only lets clients such as
+/// `perf_analyzer` send batches.
+pub const REPORTED_MAX_BATCH_SIZE: i32 = 1024;
+
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: &'static str,
+    pub shape: Vec<i64>,
+}
+
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: &'static str,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+fn tensor_metadata(specs: &[TensorSpec]) -> Vec<TensorMetadata> {
+    specs
+        .iter()
+        .map(|spec| TensorMetadata {
+            name: spec.name.clone(),
+            datatype: datatype_name(spec.dtype),
+            shape: spec.shape.clone(),
+        })
+        .collect()
+}
+
+fn default_signature(model: &LoadedModel) -> Result<&Signature, Error> {
+    model.signature("").map(|(_, sig)| sig)
+}
+
+/// `GET /v2/models/{name}[/versions/{v}]` and `ModelMetadata`.
+pub fn model_metadata(
+    service: &InferService,
+    name: &str,
+    version: &str,
+) -> Result<ModelMetadata, Error> {
+    let model = service.resolve(name, version_selector(version)?)?;
+    let sig = default_signature(&model)?;
+    let record = service.repository().model(name)?;
+    let versions = record
+        .versions
+        .iter()
+        .filter(|(_, state)| matches!(state, VersionRecord::Available(_)))
+        .map(|(v, _)| v.to_string())
+        .collect();
+    Ok(ModelMetadata {
+        name: model.name.clone(),
+        versions,
+        platform: model.backend.platform(),
+        inputs: tensor_metadata(&sig.inputs),
+        outputs: tensor_metadata(&sig.outputs),
+    })
+}
+
+/// Whether the first dimension of every input and output is dynamic, i.e. a batch dimension
+/// in Triton's sense.
+fn batchable(sig: &Signature) -> bool {
+    sig.inputs
+        .iter()
+        .chain(&sig.outputs)
+        .all(|spec| spec.shape.first() == Some(&-1))
+}
+
+/// Triton's model configuration (`ModelConfig` RPC). With a batch dimension, `dims` leave it
+/// out and `max_batch_size` is positive, as Triton reports it.
+pub fn model_config(
+    service: &InferService,
+    name: &str,
+    version: &str,
+) -> Result<ModelConfig, Error> {
+    let model = service.resolve(name, version_selector(version)?)?;
+    let sig = default_signature(&model)?;
+    let batch = batchable(sig);
+    let dims = |spec: &TensorSpec| {
+        spec.shape
+            .iter()
+            .skip(usize::from(batch))
+            .copied()
+            .collect()
+    };
+    Ok(ModelConfig {
+        name: model.name.clone(),
+        platform: model.backend.platform().to_owned(),
+        backend: "onnxruntime".to_owned(),
+        max_batch_size: if batch { REPORTED_MAX_BATCH_SIZE } else { 0 },
+        input: sig
+            .inputs
+            .iter()
+            .map(|spec| ModelInput {
+                name: spec.name.clone(),
+                data_type: config_type(spec.dtype) as i32,
+                dims: dims(spec),
+                ..Default::default()
+            })
+            .collect(),
+        output: sig
+            .outputs
+            .iter()
+            .map(|spec| ModelOutput {
+                name: spec.name.clone(),
+                data_type: config_type(spec.dtype) as i32,
+                dims: dims(spec),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// The same configuration as Triton's JSON rendering (`GET /v2/models/{name}/config`).
+pub fn config_json(config: &ModelConfig) -> Value {
+    let type_name = |code: i32| {
+        ConfigType::try_from(code)
+            .map(|t| t.as_str_name())
+            .unwrap_or("TYPE_INVALID")
+    };
+    let inputs: Vec<Value> = config
+        .input
+        .iter()
+        .map(|i| json!({ "name": i.name, "data_type": type_name(i.data_type), "dims": i.dims }))
+        .collect();
+    let outputs: Vec<Value> = config
+        .output
+        .iter()
+        .map(|o| json!({ "name": o.name, "data_type": type_name(o.data_type), "dims": o.dims }))
+        .collect();
+    json!({
+        "name": config.name,
+        "platform": config.platform,
+        "backend": config.backend,
+        "max_batch_size": config.max_batch_size,
+        "input": inputs,
+        "output": outputs,
+    })
+}
+
+fn config_type(dtype: DataType) -> ConfigType {
+    match dtype {
+        DataType::Bool => ConfigType::TypeBool,
+        DataType::U8 => ConfigType::TypeUint8,
+        DataType::U16 => ConfigType::TypeUint16,
+        DataType::U32 => ConfigType::TypeUint32,
+        DataType::U64 => ConfigType::TypeUint64,
+        DataType::I8 => ConfigType::TypeInt8,
+        DataType::I16 => ConfigType::TypeInt16,
+        DataType::I32 => ConfigType::TypeInt32,
+        DataType::I64 => ConfigType::TypeInt64,
+        DataType::F16 => ConfigType::TypeFp16,
+        DataType::BF16 => ConfigType::TypeBf16,
+        DataType::F32 => ConfigType::TypeFp32,
+        DataType::F64 => ConfigType::TypeFp64,
+        DataType::String => ConfigType::TypeString,
+    }
+}
+
+/// One row of the repository index.
+pub struct IndexEntry {
+    pub name: String,
+    pub version: String,
+    pub state: &'static str,
+    pub reason: String,
+}
+
+/// Every model in the repository with the state of each managed version.
+pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEntry> {
+    let mut entries = Vec::new();
+    for record in service.repository().models() {
+        for (version, state) in &record.versions {
+            let (state, reason) = match state {
+                VersionRecord::Available(_) => ("READY", String::new()),
+                VersionRecord::Failed(reason) => ("UNAVAILABLE", reason.clone()),
+            };
+            if ready_only && state != "READY" {
+                continue;
+            }
+            entries.push(IndexEntry {
+                name: record.name.clone(),
+                version: version.to_string(),
+                state,
+                reason,
+            });
+        }
+    }
+    entries
+}

@@ -1,0 +1,178 @@
+//! One mapped POSIX shared-memory region. This is the crate's only unsafe code besides the
+//! ONNX Runtime string calls: it hands out views of memory another process owns.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use memmap2::{MmapOptions, MmapRaw};
+use rustix::fs::Mode;
+use rustix::shm::OFlags;
+
+use super::ShmError;
+
+/// The longest object name Linux accepts after the leading `/`.
+const MAX_KEY_LEN: usize = 255;
+
+/// A client-created shared-memory object, mapped from `offset` for `byte_size` bytes.
+///
+/// The mapping lives as long as the last `Arc<Region>`: the registry holds one, and every
+/// tensor viewing the region holds another, so unregistering while requests use the region
+/// unmaps it only when they finish.
+pub struct Region {
+    pub name: String,
+    pub key: String,
+    pub offset: u64,
+    pub byte_size: usize,
+    /// Kept open to read the object's current size before each use.
+    file: File,
+    map: MmapRaw,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("offset", &self.offset)
+            .field("byte_size", &self.byte_size)
+            .finish()
+    }
+}
+
+/// Refuses keys that could name anything but an object directly under `/dev/shm`.
+pub fn check_key(key: &str) -> Result<(), ShmError> {
+    let name = key.strip_prefix('/').unwrap_or(key);
+    let valid = !name.is_empty()
+        && name.len() <= MAX_KEY_LEN
+        && !name.contains('/')
+        && !name.contains('\0')
+        && name != "."
+        && !name.contains("..");
+    if valid {
+        Ok(())
+    } else {
+        Err(ShmError::InvalidKey(key.to_owned()))
+    }
+}
+
+impl Region {
+    /// Opens and maps `key` (e.g. `/input0`, i.e. `/dev/shm/input0`).
+    pub fn open(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Self, ShmError> {
+        check_key(key)?;
+        let object = format!("/{}", key.strip_prefix('/').unwrap_or(key));
+        let byte_size = usize::try_from(byte_size)
+            .ok()
+            .filter(|&size| size > 0)
+            .ok_or(ShmError::BadSize(byte_size))?;
+        let fd =
+            rustix::shm::open(object.as_str(), OFlags::RDWR, Mode::empty()).map_err(|errno| {
+                ShmError::Open {
+                    key: key.to_owned(),
+                    source: std::io::Error::from(errno),
+                }
+            })?;
+        let file = File::from(fd);
+        let object_size = object_size(&file, key)?;
+        let end = offset
+            .checked_add(byte_size as u64)
+            .ok_or(ShmError::Overflow)?;
+        if end > object_size {
+            return Err(ShmError::RegionPastEnd {
+                key: key.to_owned(),
+                offset,
+                byte_size: byte_size as u64,
+                object_size,
+            });
+        }
+        let map = MmapOptions::new()
+            .offset(offset)
+            .len(byte_size)
+            .map_raw(&file)
+            .map_err(|source| ShmError::Open {
+                key: key.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            name: name.to_owned(),
+            key: key.to_owned(),
+            offset,
+            byte_size,
+            file,
+            map,
+        })
+    }
+
+    /// Checks that `[offset, offset + len)` lies inside the region and inside the object as it
+    /// is now: a client that shrank its object after registering gets an error, not a fault.
+    fn check_window(&self, offset: u64, len: u64) -> Result<(usize, usize), ShmError> {
+        let end = offset.checked_add(len).ok_or(ShmError::Overflow)?;
+        if end > self.byte_size as u64 {
+            return Err(ShmError::WindowPastEnd {
+                region: self.name.clone(),
+                offset,
+                byte_size: len,
+                region_size: self.byte_size as u64,
+            });
+        }
+        let object_size = object_size(&self.file, &self.key)?;
+        let object_end = self.offset.checked_add(end).ok_or(ShmError::Overflow)?;
+        if object_end > object_size {
+            return Err(ShmError::Truncated {
+                region: self.name.clone(),
+                object_size,
+            });
+        }
+        // Both fit in the mapping's usize length, checked above.
+        Ok((offset as usize, len as usize))
+    }
+
+    /// A view of `len` bytes at `offset` that keeps the region mapped while it lives.
+    pub fn view(self: &Arc<Self>, offset: u64, len: u64) -> Result<Bytes, ShmError> {
+        let (start, len) = self.check_window(offset, len)?;
+        Ok(Bytes::from_owner(Window {
+            region: self.clone(),
+            start,
+            len,
+        }))
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), ShmError> {
+        let (start, len) = self.check_window(offset, data.len() as u64)?;
+        // SAFETY: `check_window` proved `start + len <= byte_size`, the mapping's length, and
+        // that the object still covers it; `data` is our own buffer, so it cannot overlap the
+        // mapping of a client's object.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.map.as_mut_ptr().add(start), len);
+        }
+        Ok(())
+    }
+}
+
+fn object_size(file: &File, key: &str) -> Result<u64, ShmError> {
+    file.metadata()
+        .map(|meta| meta.len())
+        .map_err(|source| ShmError::Open {
+            key: key.to_owned(),
+            source,
+        })
+}
+
+/// Bytes inside a mapped region; owning it keeps the mapping alive.
+struct Window {
+    region: Arc<Region>,
+    start: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Window {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `start + len` was checked against the mapping's length when the window was
+        // made, and `region` keeps the mapping alive for as long as this slice can be borrowed.
+        // The memory is shared with the client, which by the shared-memory protocol does not
+        // write an input region while its request is in flight.
+        unsafe { std::slice::from_raw_parts(self.region.map.as_ptr().add(self.start), self.len) }
+    }
+}
