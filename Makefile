@@ -9,7 +9,7 @@ MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
 
-.PHONY: serve test venv build release lint fmt models perf-analyzer clean
+.PHONY: serve test venv build release lint fmt models perf-analyzer bench clean
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
@@ -36,6 +36,11 @@ perf-analyzer: $(PERF_ANALYZER)
 
 $(PERF_ANALYZER): scripts/setup-perf-analyzer.sh
 	scripts/setup-perf-analyzer.sh $(dir $(PERF_ANALYZER)) $(PYTHON)
+
+## bench: release build, then the benchmarks (figures go to docs/BENCHMARKS.md by hand)
+bench: venv perf-analyzer release
+	cargo bench --bench shm_vs_inline
+	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
 
 build:
 	cargo build

@@ -9,6 +9,7 @@ Writes:
   examples/models/two_tower/1/model.onnx      int64 id embeddings, dot product
   examples/models/multi_dtype/1/model.onnx    float64/int32/bool/string inputs
   tests/models/echo_<dtype>/1/model.onnx      y = Identity(x) for 13 dtypes
+  tests/models/sum_rows/1/model.onnx          y = ReduceSum(x, axis 1): large input, small output
   tests/models/broken/1/model.onnx            garbage bytes (must fail to load)
 
 Usage: .venv/bin/python scripts/make_example_models.py [--check-only]
@@ -157,6 +158,18 @@ def echo(type_name: str, elem_type: int) -> onnx.ModelProto:
     return make_model(graph, f"y = Identity(x), x: {type_name}[-1, -1]")
 
 
+def sum_rows() -> onnx.ModelProto:
+    axes = np.array([1], dtype=np.int64)
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=0)],
+        "sum_rows",
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "n"])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])],
+        initializer=[numpy_helper.from_array(axes, "axes")],
+    )
+    return make_model(graph, "y = sum of each row of x: a large input with a small output")
+
+
 def all_models() -> dict[Path, onnx.ModelProto]:
     ex = REPO / "examples" / "models"
     tm = REPO / "tests" / "models"
@@ -168,6 +181,7 @@ def all_models() -> dict[Path, onnx.ModelProto]:
     }
     for name, et in ECHO_TYPES.items():
         models[tm / f"echo_{name}" / "1" / "model.onnx"] = echo(name, et)
+    models[tm / "sum_rows" / "1" / "model.onnx"] = sum_rows()
     return models
 
 
@@ -213,6 +227,8 @@ def verify(path: Path) -> None:
     elif path.parent.parent.name == "ranker":
         assert outs[0].shape == (2, 1) and outs[0].dtype == np.float32
         assert np.all((outs[0] > 0) & (outs[0] < 1))
+    elif path.parent.parent.name == "sum_rows":
+        np.testing.assert_allclose(outs[0], feeds["x"].sum(axis=1), rtol=1e-5, atol=1e-5)
     elif path.parent.parent.name == "two_tower":
         assert outs[0].shape == (2,) and outs[0].dtype == np.float32
     elif path.parent.parent.name == "multi_dtype":

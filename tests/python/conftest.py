@@ -151,6 +151,35 @@ def model_stub(grpc_channel):
     return model_service_pb2_grpc.ModelServiceStub(grpc_channel)
 
 
+# ---------------------------------------------------------------- KServe v2 / Triton clients
+
+@pytest.fixture(scope="session")
+def triton_http(server):
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(server.rest_url.split("://", 1)[-1],
+                                              connection_timeout=10, network_timeout=30)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def triton_grpc(server):
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_target)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def kserve_stub(grpc_channel):
+    """The raw `inference.GRPCInferenceService` stub, for hand-built requests."""
+    from tritonclient.grpc import service_pb2_grpc
+
+    return service_pb2_grpc.GRPCInferenceServiceStub(grpc_channel)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Attach the tail of the server log to every failing test's report."""
