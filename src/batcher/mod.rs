@@ -13,8 +13,39 @@
 //! requests of one batch agree on everything but dimension 0, and that the outputs come back
 //! with one row per input row.
 
+mod gather;
 mod policy;
 mod settings;
 
+pub use gather::{batch_key, gather, scatter, BatchKey};
 pub use policy::{BatchPolicy, BatchQueue, Next, Queued, Step};
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
+
+use crate::tensor::DecodeError;
+
+/// Failures of merging, splitting or running a batch. All are server-side (INTERNAL): the
+/// client sent nothing wrong, the model or its batching settings do not fit together.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BatchError {
+    #[error(
+        "output '{output}' has shape {shape:?} for a batch of {rows} rows; the model does not \
+         keep dimension 0 as the batch dimension, so batching must be turned off for it"
+    )]
+    OutputNotBatched {
+        output: String,
+        shape: Vec<usize>,
+        rows: usize,
+    },
+    #[error("the requests merged into one batch disagree on input '{input}'")]
+    Incompatible { input: String },
+    #[error("cannot build the merged tensor: {0}")]
+    Tensor(#[from] DecodeError),
+    #[error("the model has no signature number {0}")]
+    UnknownSignature(usize),
+    #[error("the backend panicked: {0}")]
+    BackendPanicked(String),
+    #[error("the batch was cancelled before it finished")]
+    Cancelled,
+    #[error("the batcher dropped the request without answering")]
+    NoAnswer,
+}
