@@ -14,14 +14,37 @@
 //! with one row per input row.
 
 mod gather;
+mod handle;
 mod policy;
 mod settings;
+mod task;
+#[cfg(test)]
+mod tests;
 
 pub use gather::{batch_key, gather, scatter, BatchKey};
+pub use handle::{BatcherHandle, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Next, Queued, Step};
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
+pub use task::Batcher;
 
+use tokio::time::Instant;
+
+use crate::backend::NamedTensor;
 use crate::tensor::DecodeError;
+
+/// A request as the batcher takes it: validated against its signature by the caller.
+#[derive(Debug, Clone)]
+pub struct BatchRequest {
+    /// Index into the backend's signatures.
+    pub signature: usize,
+    pub inputs: Vec<NamedTensor>,
+    /// The outputs to return, in this order: the resolved list, not an empty "all" filter,
+    /// so that equal requests compare equal and can share a batch.
+    pub outputs: Vec<String>,
+    /// When the client stops waiting. A request still queued at its deadline is answered
+    /// DEADLINE_EXCEEDED instead of being run.
+    pub deadline: Option<Instant>,
+}
 
 /// Failures of merging, splitting or running a batch. All are server-side (INTERNAL): the
 /// client sent nothing wrong, the model or its batching settings do not fit together.
