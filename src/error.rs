@@ -5,6 +5,7 @@
 //! the HTTP status, the gRPC code and the stable `error_type` label used in metrics.
 
 use crate::backend::{BackendError, Signature};
+use crate::batcher::BatchError;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
 
@@ -42,6 +43,17 @@ pub enum Error {
     Unimplemented(String),
     #[error("{0}")]
     Internal(String),
+    /// The model's batch queue is at its limit; the client should retry later.
+    #[error("the queue of model '{model}' is full; retry later")]
+    QueueFull { model: String },
+    /// The request's deadline passed while it waited for its turn.
+    #[error("the deadline passed before model '{model}' could run the request")]
+    DeadlineExceeded { model: String },
+    /// The model version's batcher has stopped (the version is being unloaded).
+    #[error("model '{model}' is no longer accepting requests")]
+    BatcherStopped { model: String },
+    #[error(transparent)]
+    Batch(#[from] BatchError),
 }
 
 /// The failure classes both protocols distinguish. One row each in [`ErrorKind::table`].
@@ -108,7 +120,10 @@ impl Error {
                 _ => ErrorKind::InvalidArgument,
             },
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
-            Self::Internal(_) => ErrorKind::Internal,
+            Self::Internal(_) | Self::Batch(_) => ErrorKind::Internal,
+            Self::QueueFull { .. } => ErrorKind::ResourceExhausted,
+            Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
+            Self::BatcherStopped { .. } => ErrorKind::Unavailable,
         }
     }
 
@@ -168,6 +183,34 @@ mod tests {
             let row = kind.table();
             assert_eq!(row.http_status, http, "{kind:?}");
             assert_eq!(row.grpc_code, grpc, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn batcher_failures_map_to_overload_deadline_and_unavailable() {
+        let model = || "m".to_owned();
+        let cases = [
+            (
+                Error::QueueFull { model: model() },
+                429,
+                "resource_exhausted",
+            ),
+            (
+                Error::DeadlineExceeded { model: model() },
+                504,
+                "deadline_exceeded",
+            ),
+            (Error::BatcherStopped { model: model() }, 503, "unavailable"),
+            (
+                Error::Batch(BatchError::BackendPanicked("boom".into())),
+                500,
+                "internal",
+            ),
+        ];
+        for (err, http, error_type) in cases {
+            let row = err.kind().table();
+            assert_eq!(row.http_status, http, "{err}");
+            assert_eq!(row.error_type, error_type, "{err}");
         }
     }
 

@@ -13,11 +13,14 @@
 //! - [`config`]: flags, environment and config file, parsed once in `main`.
 //! - [`repository`]: the model directory and the versions that serve.
 //! - [`backend`]: the `Backend` trait and its runtimes.
+//! - [`batcher`]: per-version dynamic batching in front of a backend (bounded queue, one batch
+//!   in flight).
 //! - [`tensor`]: the one domain tensor type and its decoding limits.
 //! - [`server`]: binds nothing itself; takes listeners and a shutdown future.
 
 pub mod api;
 pub mod backend;
+pub mod batcher;
 pub mod config;
 pub mod error;
 pub mod infer;

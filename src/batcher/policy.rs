@@ -1,0 +1,316 @@
+//! When to cut a batch, decided by a plain synchronous struct so that every rule is tested
+//! without a runtime or a clock: the actor passes `now` in and acts on the answer.
+//!
+//! The rules, applied on every [`BatchQueue::step`]:
+//! 1. Entries whose client has gone are dropped; entries past their deadline are handed back
+//!    to be answered DEADLINE_EXCEEDED. Neither ever runs.
+//! 2. Only entries with equal keys merge. A group's batch is its entries in arrival order, as
+//!    many as fit in `max_batch_size` rows, stopping at the first that does not fit (so a large
+//!    request is not overtaken forever by small ones).
+//! 3. A group is cut when its batch is full (nothing queued or later could join it), when its
+//!    oldest entry has waited `max_queue_delay`, or when the queue is closing. Otherwise, if a
+//!    prefix of the batch adds up to a preferred size, the longest such prefix is cut at once.
+//! 4. An entry that cannot merge (no key, more rows than a batch, batching off) is ready at once.
+//! 5. Of the ready batches, the one whose oldest entry arrived first runs.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::settings::{BatchSettings, MAX_QUEUE_SIZE};
+
+/// The settings the queue acts on, normalised so that any [`BatchSettings`] gives a working
+/// policy (see [`BatchSettings::validate`] for the messages a config loader should show).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchPolicy {
+    /// At least 1; 1 means batching is off.
+    max_batch_size: usize,
+    max_queue_delay: Duration,
+    /// Ascending, each between 1 and `max_batch_size`; empty when batching is off.
+    preferred_batch_sizes: Vec<usize>,
+    /// Between 1 and [`MAX_QUEUE_SIZE`].
+    max_queue_size: usize,
+}
+
+impl BatchPolicy {
+    pub fn new(settings: &BatchSettings) -> Self {
+        let max_batch_size = settings.max_batch_size.max(1);
+        let mut preferred_batch_sizes: Vec<usize> = settings
+            .preferred_batch_sizes
+            .iter()
+            .copied()
+            .filter(|&size| max_batch_size > 1 && (1..=max_batch_size).contains(&size))
+            .collect();
+        preferred_batch_sizes.sort_unstable();
+        preferred_batch_sizes.dedup();
+        Self {
+            max_batch_size,
+            max_queue_delay: settings.max_queue_delay(),
+            preferred_batch_sizes,
+            max_queue_size: settings.max_queue_size.clamp(1, MAX_QUEUE_SIZE),
+        }
+    }
+
+    pub fn batching_enabled(&self) -> bool {
+        self.max_batch_size > 1
+    }
+
+    pub fn max_batch_size(&self) -> usize {
+        self.max_batch_size
+    }
+
+    pub fn max_queue_size(&self) -> usize {
+        self.max_queue_size
+    }
+
+    /// Whether one more request may wait when `waiting` already do.
+    pub fn admits(&self, waiting: usize) -> bool {
+        waiting < self.max_queue_size
+    }
+
+    fn is_preferred(&self, rows: usize) -> bool {
+        self.preferred_batch_sizes.binary_search(&rows).is_ok()
+    }
+}
+
+/// One waiting request, as the policy sees it.
+#[derive(Debug)]
+pub struct Queued<K, T> {
+    /// Entries merge only with entries of an equal key; `None` never merges.
+    pub key: Option<K>,
+    /// Dimension 0 of the request's inputs.
+    pub rows: usize,
+    pub enqueued: Instant,
+    pub deadline: Option<Instant>,
+    /// What the caller needs back to run and answer the request.
+    pub item: T,
+}
+
+impl<K, T> Queued<K, T> {
+    fn is_expired(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|deadline| deadline <= now)
+    }
+}
+
+/// What the actor should do next.
+#[derive(Debug)]
+pub enum Next<K, T> {
+    /// Run these entries as one batch, in this order.
+    Run(Vec<Queued<K, T>>),
+    /// Nothing is ready; step again at this instant (or when a request arrives).
+    WakeAt(Instant),
+    /// Nothing is ready and no time will change that; wait for a request.
+    Idle,
+}
+
+/// The answer of one [`BatchQueue::step`].
+#[derive(Debug)]
+pub struct Step<K, T> {
+    /// Past their deadline: answer them, do not run them.
+    pub expired: Vec<T>,
+    /// Their client has gone: drop them.
+    pub abandoned: Vec<T>,
+    pub next: Next<K, T>,
+}
+
+/// The waiting requests of one model version, in arrival order.
+#[derive(Debug)]
+pub struct BatchQueue<K, T> {
+    policy: BatchPolicy,
+    entries: VecDeque<Queued<K, T>>,
+    /// No request will arrive any more, so waiting for company is pointless.
+    closing: bool,
+}
+
+/// How a group stands.
+enum Plan {
+    /// Cut these entry indices (ascending) now.
+    Cut(Vec<usize>),
+    /// Not ready; due at this instant (`None`: the delay is too long to represent).
+    Wait(Option<Instant>),
+}
+
+impl<K: PartialEq, T> BatchQueue<K, T> {
+    pub fn new(policy: BatchPolicy) -> Self {
+        Self {
+            policy,
+            entries: VecDeque::new(),
+            closing: false,
+        }
+    }
+
+    pub fn policy(&self) -> &BatchPolicy {
+        &self.policy
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Queues `entry`, taking away its key when it cannot merge under this policy.
+    pub fn push(&mut self, mut entry: Queued<K, T>) {
+        if !self.policy.batching_enabled() || entry.rows > self.policy.max_batch_size {
+            entry.key = None;
+        }
+        self.entries.push_back(entry);
+    }
+
+    /// From now on every group is ready at once: the queue is being drained.
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    /// Drops what must not run, then says what to run or when to look again. With
+    /// `can_run == false` (a batch is in flight) nothing is cut, and the wake-up is the next
+    /// request deadline, so that expired requests are answered on time even then.
+    pub fn step(
+        &mut self,
+        now: Instant,
+        can_run: bool,
+        is_abandoned: impl Fn(&T) -> bool,
+    ) -> Step<K, T> {
+        let mut expired = Vec::new();
+        let mut abandoned = Vec::new();
+        // Most steps drop nothing; only rebuild the queue when something goes.
+        if self
+            .entries
+            .iter()
+            .any(|entry| is_abandoned(&entry.item) || entry.is_expired(now))
+        {
+            let mut kept = VecDeque::with_capacity(self.entries.len());
+            for entry in self.entries.drain(..) {
+                if is_abandoned(&entry.item) {
+                    abandoned.push(entry.item);
+                } else if entry.is_expired(now) {
+                    expired.push(entry.item);
+                } else {
+                    kept.push_back(entry);
+                }
+            }
+            self.entries = kept;
+        }
+        let next = if can_run {
+            self.next(now)
+        } else {
+            wake_or_idle(self.earliest_deadline())
+        };
+        Step {
+            expired,
+            abandoned,
+            next,
+        }
+    }
+
+    fn earliest_deadline(&self) -> Option<Instant> {
+        self.entries.iter().filter_map(|entry| entry.deadline).min()
+    }
+
+    fn next(&mut self, now: Instant) -> Next<K, T> {
+        let mut wake = self.earliest_deadline();
+        // Index of the first entry of each group seen so far: each group is planned once,
+        // oldest group first.
+        let mut leaders: Vec<usize> = Vec::new();
+        for first in 0..self.entries.len() {
+            let Some(entry) = self.entries.get(first) else {
+                break;
+            };
+            let Some(key) = &entry.key else {
+                return Next::Run(self.take(&[first]));
+            };
+            let seen = leaders.iter().any(|&leader| {
+                self.entries
+                    .get(leader)
+                    .is_some_and(|other| other.key.as_ref() == Some(key))
+            });
+            if seen {
+                continue;
+            }
+            leaders.push(first);
+            match self.plan(first, key, entry.enqueued, now) {
+                Plan::Cut(indices) => return Next::Run(self.take(&indices)),
+                Plan::Wait(due) => wake = earliest(wake, due),
+            }
+        }
+        wake_or_idle(wake)
+    }
+
+    /// The batch of the group whose oldest entry is at `first`, and whether it is ready.
+    fn plan(&self, first: usize, key: &K, oldest: Instant, now: Instant) -> Plan {
+        let max = self.policy.max_batch_size;
+        let mut members = Vec::new();
+        let mut rows = 0usize;
+        let mut full = false;
+        let mut preferred_len = 0;
+        for (index, entry) in self.entries.iter().enumerate().skip(first) {
+            if entry.key.as_ref() != Some(key) {
+                continue;
+            }
+            let Some(total) = rows.checked_add(entry.rows).filter(|&total| total <= max) else {
+                full = true;
+                break;
+            };
+            rows = total;
+            members.push(index);
+            if self.policy.is_preferred(rows) {
+                preferred_len = members.len();
+            }
+            if rows == max {
+                full = true;
+                break;
+            }
+        }
+        // `members` is never empty here: push() keeps only entries of at most
+        // `max_batch_size` rows mergeable, so the group's first entry always fits.
+        let due = oldest.checked_add(self.policy.max_queue_delay);
+        if full || self.closing || due.is_some_and(|due| due <= now) {
+            return Plan::Cut(members);
+        }
+        if preferred_len > 0 {
+            members.truncate(preferred_len);
+            return Plan::Cut(members);
+        }
+        Plan::Wait(due)
+    }
+
+    /// Removes the entries at `indices` (ascending) and returns them in that order.
+    fn take(&mut self, indices: &[usize]) -> Vec<Queued<K, T>> {
+        let is_prefix = indices.iter().enumerate().all(|(at, &index)| at == index);
+        if is_prefix {
+            let count = indices.len().min(self.entries.len());
+            return self.entries.drain(..count).collect();
+        }
+        let mut taken = Vec::with_capacity(indices.len());
+        let mut kept = VecDeque::with_capacity(self.entries.len());
+        let mut wanted = indices.iter().copied().peekable();
+        for (index, entry) in self.entries.drain(..).enumerate() {
+            if wanted.next_if_eq(&index).is_some() {
+                taken.push(entry);
+            } else {
+                kept.push_back(entry);
+            }
+        }
+        self.entries = kept;
+        taken
+    }
+}
+
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn wake_or_idle<K, T>(wake: Option<Instant>) -> Next<K, T> {
+    match wake {
+        Some(at) => Next::WakeAt(at),
+        None => Next::Idle,
+    }
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;
