@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
 use tensorport::backend::onnx_library;
+use tensorport::batcher::BatchSettings;
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
 use tensorport::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -89,12 +90,15 @@ async fn start_server(root: &Path) -> BenchResult<String> {
     let env_path = std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from);
     let library = onnx_library::find(None, env_path.as_deref(), &[root.to_path_buf()])
         .ok_or(onnx_library::HOW_TO_GET_IT)?;
+    let metrics = Arc::new(Metrics::new());
     let loader = Loader {
         onnx: OnnxRuntime::load(&library)?,
         onnx_threads: OnnxThreads {
             intra_op: 1,
             inter_op: 1,
         },
+        default_batching: BatchSettings::default(),
+        metrics: metrics.clone(),
     };
     let repository = ModelRepository::load(&root.join("tests/models"), &loader)?;
     let limit = 1 << 30;
@@ -103,7 +107,7 @@ async fn start_server(root: &Path) -> BenchResult<String> {
         DecodeLimits {
             max_tensor_bytes: limit,
         },
-        Arc::new(Metrics::new()),
+        metrics,
         Arc::new(ShmRegistry::new(ShmPolicy::Local)),
     ));
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

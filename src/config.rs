@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use crate::batcher::BatchSettings;
 use crate::shm::ShmPolicy;
 
 #[derive(Debug, Parser)]
@@ -67,6 +68,20 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// Dynamic batching for models whose config.toml has no [batching] section: the most rows
+    /// merged into one run (0 or 1: off).
+    #[arg(long, env = "TENSORPORT_MAX_BATCH_SIZE", default_value_t = 0)]
+    pub max_batch_size: usize,
+
+    /// With batching on, how long the oldest queued request may wait for others, in microseconds.
+    #[arg(long, env = "TENSORPORT_MAX_QUEUE_DELAY_US", default_value_t = 0)]
+    pub max_queue_delay_us: u64,
+
+    /// Requests a model version may hold waiting before it refuses more with RESOURCE_EXHAUSTED / 429.
+    #[arg(long, env = "TENSORPORT_MAX_QUEUE_SIZE", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=(crate::batcher::MAX_QUEUE_SIZE as u64)))]
+    pub max_queue_size: u64,
+
     /// Who may register system shared-memory regions: off, local (peers on loopback only) or any.
     #[arg(long, env = "TENSORPORT_SHM", value_enum, default_value_t = ShmPolicy::Local)]
     pub shm: ShmPolicy,
@@ -101,6 +116,19 @@ pub enum ConfigError {
     MissingModelDir,
     #[error("--model-dir: {0} is not a directory")]
     ModelDirNotADirectory(PathBuf),
+}
+
+impl ServeArgs {
+    /// The server-wide batching defaults these flags describe.
+    pub fn batch_settings(&self) -> BatchSettings {
+        BatchSettings {
+            max_batch_size: self.max_batch_size,
+            max_queue_delay_us: self.max_queue_delay_us,
+            preferred_batch_sizes: Vec::new(),
+            max_queue_size: usize::try_from(self.max_queue_size)
+                .unwrap_or(crate::batcher::MAX_QUEUE_SIZE),
+        }
+    }
 }
 
 impl Cli {

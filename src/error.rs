@@ -116,6 +116,7 @@ impl Error {
             Self::Backend(err) => err.kind(),
             Self::Shm(err) => match err {
                 ShmError::AlreadyExists(_) => ErrorKind::AlreadyExists,
+                ShmError::NotFound(_) => ErrorKind::NotFound,
                 ShmError::Disabled | ShmError::RemotePeer(_) => ErrorKind::PermissionDenied,
                 _ => ErrorKind::InvalidArgument,
             },

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::{NamedTensor, Signature};
+use crate::batcher::BatchRequest;
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
 use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
@@ -103,27 +104,19 @@ impl InferService {
         let misaligned = inputs.iter().map(|(_, t)| t.misaligned_bytes()).sum();
         self.metrics
             .record_copy(CopyStage::InputAlignment, misaligned);
-        let rows = inputs
-            .first()
-            .and_then(|(_, t)| t.shape().first().copied())
-            .unwrap_or(1) as u64;
 
         let arrived = Instant::now();
-        let runner = model.clone();
-        let result = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let sig = &runner.backend.signatures()[signature];
-            let result = runner.backend.run(sig, inputs, &outputs);
-            runner.stats.queue.record(started.duration_since(arrived));
-            runner.stats.compute_infer.record(started.elapsed());
-            result
-        })
-        .await
-        .map_err(|err| Error::Internal(format!("inference task failed: {err}")))
-        .and_then(|result| result.map_err(Error::from));
+        let result = model
+            .batcher
+            .submit(BatchRequest {
+                signature,
+                inputs,
+                outputs,
+                deadline: None,
+            })
+            .await;
         match result {
             Ok(outputs) => {
-                model.stats.record_execution(rows);
                 model.stats.success.record(arrived.elapsed());
                 Ok(PredictionResult {
                     model,

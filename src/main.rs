@@ -62,24 +62,6 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let onnx = OnnxRuntime::load(&library).map_err(|err| err.to_string())?;
     tracing::info!(library = %library.display(), "ONNX Runtime loaded");
 
-    let loader = Loader {
-        onnx,
-        onnx_threads: OnnxThreads {
-            intra_op: args.intra_op_threads,
-            inter_op: args.inter_op_threads,
-        },
-    };
-    let repository = ModelRepository::load(&model_dir, &loader).map_err(|err| err.to_string())?;
-    let max_request_bytes = usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX);
-    let infer = Arc::new(InferService::new(
-        repository,
-        DecodeLimits {
-            max_tensor_bytes: max_request_bytes,
-        },
-        Arc::new(Metrics::new()),
-        Arc::new(ShmRegistry::new(args.shm)),
-    ));
-
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if args.worker_threads > 0 {
         runtime.worker_threads(args.worker_threads);
@@ -89,6 +71,27 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|err| format!("cannot start the async runtime: {err}"))?;
     runtime.block_on(async move {
+        let metrics = Arc::new(Metrics::new());
+        let loader = Loader {
+            onnx,
+            onnx_threads: OnnxThreads {
+                intra_op: args.intra_op_threads,
+                inter_op: args.inter_op_threads,
+            },
+            default_batching: args.batch_settings(),
+            metrics: metrics.clone(),
+        };
+        let repository =
+            ModelRepository::load(&model_dir, &loader).map_err(|err| err.to_string())?;
+        let max_request_bytes = usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX);
+        let infer = Arc::new(InferService::new(
+            repository,
+            DecodeLimits {
+                max_tensor_bytes: max_request_bytes,
+            },
+            metrics,
+            Arc::new(ShmRegistry::new(args.shm)),
+        ));
         let grpc = bind(SocketAddr::new(args.host, args.grpc_port), "--grpc-port").await?;
         let rest = bind(SocketAddr::new(args.host, args.rest_port), "--rest-port").await?;
         tracing::info!(

@@ -36,8 +36,10 @@ pub struct ModelStats {
     pub fail: Duration64,
     /// Time spent waiting for the runtime.
     pub queue: Duration64,
-    /// Time inside the runtime.
+    /// Per execution: gathering inputs, inside the runtime, splitting outputs.
+    pub compute_input: Duration64,
     pub compute_infer: Duration64,
+    pub compute_output: Duration64,
     /// Inferences (rows along the batch dimension) and runtime executions.
     pub inference_count: AtomicU64,
     pub execution_count: AtomicU64,

@@ -25,7 +25,7 @@ pub use gather::{batch_key, gather, scatter, BatchKey};
 pub use handle::{BatcherHandle, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Next, Queued, Step};
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
-pub use task::Batcher;
+pub use task::{Batcher, Telemetry};
 
 use tokio::time::Instant;
 

@@ -19,6 +19,8 @@ use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::{BatchError, BatchRequest, BatchSettings};
 use crate::backend::{Backend, BackendError, NamedTensor};
 use crate::error::Error;
+use crate::metrics::{CopyStage, Metrics};
+use crate::stats::ModelStats;
 
 pub(super) type Reply = Result<Vec<NamedTensor>, Error>;
 
@@ -66,10 +68,18 @@ enum Event {
     Wake,
 }
 
+/// Where the actor reports what it did: the version's statistics and the server's metrics.
+#[derive(Clone, Default)]
+pub struct Telemetry {
+    pub stats: Arc<ModelStats>,
+    pub metrics: Arc<Metrics>,
+}
+
 /// The batching actor of one model version. Start it with [`Batcher::spawn`].
 pub struct Batcher {
     model: String,
     backend: Arc<dyn Backend>,
+    telemetry: Telemetry,
     receiver: mpsc::Receiver<Message>,
     queue: BatchQueue<BatchKey, Waiting>,
     /// Requests admitted and not yet cut into a batch or dropped; shared with the handle,
@@ -84,6 +94,7 @@ impl Batcher {
         model: impl Into<String>,
         backend: Arc<dyn Backend>,
         settings: &BatchSettings,
+        telemetry: Telemetry,
     ) -> BatcherHandle {
         let model = model.into();
         let policy = BatchPolicy::new(settings);
@@ -95,6 +106,7 @@ impl Batcher {
         let batcher = Batcher {
             model: model.clone(),
             backend,
+            telemetry,
             receiver,
             queue: BatchQueue::new(policy.clone()),
             depth: depth.clone(),
@@ -215,8 +227,9 @@ impl Batcher {
         let mut waiters = Vec::with_capacity(size);
         for queued in batch {
             let waiting = queued.item;
-            let queued_us =
-                u64::try_from(waiting.enqueued.elapsed().as_micros()).unwrap_or(u64::MAX);
+            let waited = waiting.enqueued.elapsed();
+            self.telemetry.stats.queue.record(waited);
+            let queued_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
             waiting
                 .span
                 .in_scope(|| tracing::debug!(queued_us, batch = size, "batched"));
@@ -234,9 +247,34 @@ impl Batcher {
         for waiter in &waiters {
             span.follows_from(&waiter.span);
         }
+        // Inferences in Triton's sense: rows along dimension 0 (1 for a scalar input), counted
+        // whether or not the requests were merged.
+        let inferences = requests
+            .iter()
+            .map(|inputs| {
+                inputs
+                    .first()
+                    .and_then(|(_, t)| t.shape().first().copied())
+                    .unwrap_or(1) as u64
+            })
+            .sum();
         let backend = self.backend.clone();
+        let telemetry = self.telemetry.clone();
         let task = tokio::task::spawn_blocking(move || {
-            span.in_scope(|| execute(backend.as_ref(), signature, &outputs, requests, &rows))
+            let outcome = span.in_scope(|| {
+                execute(
+                    backend.as_ref(),
+                    signature,
+                    &outputs,
+                    requests,
+                    &rows,
+                    &telemetry,
+                )
+            });
+            if outcome.is_ok() {
+                telemetry.stats.record_execution(inferences);
+            }
+            outcome
         });
         InFlight { task, waiters }
     }
@@ -269,29 +307,51 @@ impl Batcher {
 
 /// Runs one batch: a lone request as it came (its tensors are passed on, not copied), a
 /// merged one gathered, run and scattered.
+/// Runs one batch, timing its three phases as Triton's statistics split them: gathering the
+/// inputs, the runtime, and splitting the outputs (the first and last are empty for a request
+/// that runs alone).
 fn execute(
     backend: &dyn Backend,
     signature: usize,
     outputs: &[String],
     mut requests: Vec<Vec<NamedTensor>>,
     rows: &[usize],
+    telemetry: &Telemetry,
 ) -> Outcome {
+    let stats = &telemetry.stats;
     let sig = backend
         .signatures()
         .get(signature)
         .ok_or(Failure::Batch(BatchError::UnknownSignature(signature)))?;
-    if requests.len() == 1 {
-        let inputs = requests.pop().unwrap_or_default();
-        let outputs = backend
-            .run(sig, inputs, outputs)
-            .map_err(Failure::Backend)?;
-        return Ok(vec![outputs]);
-    }
-    let inputs = gather(requests).map_err(Failure::Batch)?;
-    let merged = backend
-        .run(sig, inputs, outputs)
-        .map_err(Failure::Backend)?;
-    scatter(merged, rows).map_err(Failure::Batch)
+    let phase = std::time::Instant::now();
+    let inputs = if requests.len() == 1 {
+        requests.pop().unwrap_or_default()
+    } else {
+        let inputs = gather(requests).map_err(Failure::Batch)?;
+        let gathered = inputs
+            .iter()
+            .filter_map(|(_, tensor)| tensor.bytes().map(|b| b.len()))
+            .sum();
+        telemetry
+            .metrics
+            .record_copy(CopyStage::BatchGather, gathered);
+        inputs
+    };
+    stats.compute_input.record(phase.elapsed());
+
+    let phase = std::time::Instant::now();
+    let result = backend.run(sig, inputs, outputs);
+    stats.compute_infer.record(phase.elapsed());
+    let merged = result.map_err(Failure::Backend)?;
+
+    let phase = std::time::Instant::now();
+    let split = if rows.len() == 1 {
+        Ok(vec![merged])
+    } else {
+        scatter(merged, rows).map_err(Failure::Batch)
+    };
+    stats.compute_output.record(phase.elapsed());
+    split
 }
 
 async fn join(slot: &mut Option<InFlight>) -> Result<Outcome, JoinError> {

@@ -138,7 +138,7 @@ fn settings(max_batch_size: usize, delay: Duration) -> BatchSettings {
 }
 
 fn spawn(mock: &Arc<Mock>, settings: &BatchSettings) -> BatcherHandle {
-    Batcher::spawn("m", mock.clone(), settings)
+    Batcher::spawn("m", mock.clone(), settings, Telemetry::default())
 }
 
 /// A request with `rows` rows of `x`, each row `width` copies of `value`, asking for `y`.

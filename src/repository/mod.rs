@@ -1,7 +1,10 @@
 //! The model repository: which models exist, which of their versions serve, and why the
 //! others do not.
 
+mod model_config;
 mod scan;
+
+pub use model_config::{ModelConfig, ModelConfigError, MODEL_CONFIG_FILE};
 
 pub use scan::{parse_version, scan, ModelFolder, ScanError, VersionFolder, ONNX_MODEL_FILE};
 
@@ -11,20 +14,25 @@ use std::sync::Arc;
 
 use crate::backend::onnx::{OnnxRuntime, OnnxThreads};
 use crate::backend::{Backend, BackendError, Signature};
+use crate::batcher::{BatchSettings, Batcher, BatcherHandle, Telemetry};
 use crate::error::Error;
+use crate::metrics::Metrics;
 use crate::stats::ModelStats;
 
 /// Turns a version folder into a running backend.
 pub struct Loader {
     pub onnx: OnnxRuntime,
     pub onnx_threads: OnnxThreads,
+    /// Batching for models whose config.toml has no `[batching]` section.
+    pub default_batching: BatchSettings,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Loader {
-    pub fn load(&self, folder: &VersionFolder) -> Result<Box<dyn Backend>, BackendError> {
+    pub fn load(&self, folder: &VersionFolder) -> Result<Arc<dyn Backend>, BackendError> {
         let onnx = folder.path.join(ONNX_MODEL_FILE);
         if onnx.is_file() {
-            return Ok(Box::new(self.onnx.load_model(&onnx, self.onnx_threads)?));
+            return Ok(Arc::new(self.onnx.load_model(&onnx, self.onnx_threads)?));
         }
         Err(BackendError::Load {
             path: folder.path.display().to_string(),
@@ -37,8 +45,10 @@ impl Loader {
 pub struct LoadedModel {
     pub name: String,
     pub version: u64,
-    pub backend: Box<dyn Backend>,
-    pub stats: ModelStats,
+    pub backend: Arc<dyn Backend>,
+    /// Every request to this version goes through its batcher, which owns the runs.
+    pub batcher: BatcherHandle,
+    pub stats: Arc<ModelStats>,
 }
 
 impl LoadedModel {
@@ -127,7 +137,8 @@ pub struct ModelRepository {
 
 impl ModelRepository {
     /// Scans `dir` and loads each model's latest version. A model that fails to load is
-    /// recorded with its error and logged; the others serve.
+    /// recorded with its error and logged; the others serve. Must run inside a Tokio runtime:
+    /// each loaded version starts its batcher task.
     pub fn load(dir: &Path, loader: &Loader) -> Result<Self, ScanError> {
         let mut models = BTreeMap::new();
         for folder in scan(dir)? {
@@ -137,19 +148,14 @@ impl ModelRepository {
                     tracing::warn!(model = %folder.name, "model folder has no numeric version folder; skipped")
                 }
                 Some(latest) => {
-                    let record = match loader.load(latest) {
-                        Ok(backend) => {
+                    let record = match load_version(&folder, latest, loader) {
+                        Ok(model) => {
                             tracing::info!(model = %folder.name, version = latest.version, "model loaded");
-                            VersionRecord::Available(Arc::new(LoadedModel {
-                                name: folder.name.clone(),
-                                version: latest.version,
-                                backend,
-                                stats: ModelStats::default(),
-                            }))
+                            VersionRecord::Available(Arc::new(model))
                         }
-                        Err(err) => {
-                            tracing::error!(model = %folder.name, version = latest.version, error = %err, "model failed to load; skipped");
-                            VersionRecord::Failed(err.to_string())
+                        Err(reason) => {
+                            tracing::error!(model = %folder.name, version = latest.version, error = %reason, "model failed to load; skipped");
+                            VersionRecord::Failed(reason)
                         }
                     };
                     versions.insert(latest.version, record);
@@ -164,22 +170,6 @@ impl ModelRepository {
             );
         }
         Ok(Self { models })
-    }
-
-    /// A repository over already loaded models (for tests and embedding).
-    pub fn from_models(models: impl IntoIterator<Item = LoadedModel>) -> Self {
-        let mut records: BTreeMap<String, ModelRecord> = BTreeMap::new();
-        for model in models {
-            records
-                .entry(model.name.clone())
-                .or_insert_with(|| ModelRecord {
-                    name: model.name.clone(),
-                    versions: BTreeMap::new(),
-                })
-                .versions
-                .insert(model.version, VersionRecord::Available(Arc::new(model)));
-        }
-        Self { models: records }
     }
 
     pub fn model(&self, name: &str) -> Result<&ModelRecord, Error> {
@@ -199,4 +189,30 @@ impl ModelRepository {
     pub fn models(&self) -> impl Iterator<Item = &ModelRecord> {
         self.models.values()
     }
+}
+
+/// Loads one version: its settings, its backend, and the batcher in front of it.
+fn load_version(
+    folder: &ModelFolder,
+    version: &VersionFolder,
+    loader: &Loader,
+) -> Result<LoadedModel, String> {
+    let config = ModelConfig::load(&folder.path).map_err(|err| err.to_string())?;
+    let backend = loader.load(version).map_err(|err| err.to_string())?;
+    let batching = config
+        .batching
+        .unwrap_or_else(|| loader.default_batching.clone());
+    let stats = Arc::new(ModelStats::default());
+    let telemetry = Telemetry {
+        stats: stats.clone(),
+        metrics: loader.metrics.clone(),
+    };
+    let batcher = Batcher::spawn(folder.name.clone(), backend.clone(), &batching, telemetry);
+    Ok(LoadedModel {
+        name: folder.name.clone(),
+        version: version.version,
+        backend,
+        batcher,
+        stats,
+    })
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
 use tensorport::backend::onnx_library;
+use tensorport::batcher::BatchSettings;
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
 use tensorport::repository::{Loader, ModelRepository};
@@ -48,19 +49,22 @@ pub struct TestServer {
 impl TestServer {
     /// Serves `examples/models` on two free loopback ports.
     pub async fn start() -> Self {
+        let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx: onnx_runtime(),
             onnx_threads: OnnxThreads {
                 intra_op: 1,
                 inter_op: 1,
             },
+            default_batching: BatchSettings::default(),
+            metrics: metrics.clone(),
         };
         let repository = ModelRepository::load(&repo_path("examples/models"), &loader)
             .unwrap_or_else(|err| panic!("{err}"));
         let infer = Arc::new(InferService::new(
             repository,
             DecodeLimits::default(),
-            Arc::new(Metrics::new()),
+            metrics,
             Arc::new(ShmRegistry::new(ShmPolicy::Local)),
         ));
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind gRPC");

@@ -277,8 +277,8 @@ def test_register_same_name_twice(clients, regions, protocol):
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_use_after_unregister(clients, regions, protocol):
-    """Unregister a region while nothing uses it, then name it in a request: an error naming
-    the region (Triton answers NOT_FOUND: "Unable to find shared memory region")."""
+    """Unregister a region while nothing uses it, then name it in a request: a bad request
+    (400 / INVALID_ARGUMENT) naming the region."""
     client = clients[protocol]
     in_name, in_key, in_handle = regions.create(IN_BYTES, "uin")
     out_name, out_key, _ = regions.create(OUT_BYTES, "uout")
@@ -290,7 +290,7 @@ def test_use_after_unregister(clients, regions, protocol):
     with pytest.raises(InferenceServerException) as err:
         ranker_shm_infer(client, protocol, in_name, out_name)
     assert in_name in err.value.message()
-    want = "404" if protocol == "http" else "StatusCode.NOT_FOUND"
+    want = "400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"
     assert err.value.status() == want, f"{err.value.status()}: {err.value.message()}"
 
 

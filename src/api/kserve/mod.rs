@@ -15,13 +15,14 @@ pub use model_info::{
 };
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::backend::DEFAULT_SIGNATURE;
 use crate::error::Error;
 use crate::infer::{InferService, Prediction};
 use crate::metrics::CopyStage;
 use crate::repository::VersionSelector;
-use crate::shm::ShmError;
+use crate::shm::{Region, ShmError};
 use crate::tensor::{element_count, DataType, Tensor};
 
 /// Extensions this server implements, as `GET /v2` and `ServerMetadata` report them.
@@ -219,10 +220,13 @@ pub async fn infer(service: &InferService, request: InferRequest) -> Result<Infe
     })
 }
 
+/// Names the input an error belongs to.
 fn with_input(err: Error, name: &str) -> Error {
     match err {
         Error::Decode(decode) => Error::Decode(decode.in_input(name)),
-        Error::Shm(shm) => Error::invalid(format!("input '{name}': {shm}")),
+        Error::InvalidArgument(message) => {
+            Error::InvalidArgument(format!("input '{name}': {message}"))
+        }
         other => other,
     }
 }
@@ -256,9 +260,18 @@ fn resolve_input(service: &InferService, input: InputRequest) -> Result<Tensor, 
             )));
         }
     }
-    let region = service.shm().get(&target.region)?;
+    let region = request_region(service, &target.region)?;
     let bytes = region.view(target.offset, target.byte_size)?;
     Ok(codec::from_raw(input.dtype, input.shape, bytes)?)
+}
+
+/// The region a request names. An unknown name makes the request itself invalid (400 /
+/// INVALID_ARGUMENT); the shared-memory status and unregister calls answer NOT_FOUND instead.
+fn request_region(service: &InferService, name: &str) -> Result<Arc<Region>, Error> {
+    service.shm().get(name).map_err(|err| match err {
+        ShmError::NotFound(_) => Error::invalid(err.to_string()),
+        other => Error::Shm(other),
+    })
 }
 
 /// Copies an output into the region the client named for it.
@@ -275,14 +288,9 @@ fn write_output(
             target.byte_size
         )));
     }
-    let region = service
-        .shm()
-        .get(&target.region)
-        .map_err(|err| Error::invalid(format!("output '{name}': {err}")))?;
+    let region = request_region(service, &target.region)?;
     let raw = codec::to_raw(tensor);
-    region
-        .write(target.offset, &raw)
-        .map_err(|err: ShmError| Error::invalid(format!("output '{name}': {err}")))?;
+    region.write(target.offset, &raw)?;
     service
         .metrics()
         .record_copy(CopyStage::SharedMemoryOutput, raw.len());
