@@ -100,7 +100,8 @@ async fn start_server(root: &Path) -> BenchResult<String> {
         default_batching: BatchSettings::default(),
         metrics: metrics.clone(),
     };
-    let repository = ModelRepository::load(&root.join("tests/models"), &loader)?;
+    let repository = Arc::new(ModelRepository::new(&root.join("tests/models"), loader));
+    repository.reconcile().await?;
     let limit = 1 << 30;
     let infer = Arc::new(InferService::new(
         repository,

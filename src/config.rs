@@ -68,6 +68,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// How often to look for new, changed or removed model versions, in seconds (0: only at
+    /// start and on the load / reload APIs).
+    #[arg(long, env = "TENSORPORT_MODEL_POLL_SECS", default_value_t = 2)]
+    pub model_poll_secs: u64,
+
     /// Dynamic batching for models whose config.toml has no [batching] section: the most rows
     /// merged into one run (0 or 1: off).
     #[arg(long, env = "TENSORPORT_MAX_BATCH_SIZE", default_value_t = 0)]

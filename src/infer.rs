@@ -38,7 +38,7 @@ impl PredictionResult {
 
 /// Shared by every protocol adapter.
 pub struct InferService {
-    repository: ModelRepository,
+    repository: Arc<ModelRepository>,
     limits: DecodeLimits,
     metrics: Arc<Metrics>,
     shm: Arc<ShmRegistry>,
@@ -46,7 +46,7 @@ pub struct InferService {
 
 impl InferService {
     pub fn new(
-        repository: ModelRepository,
+        repository: Arc<ModelRepository>,
         limits: DecodeLimits,
         metrics: Arc<Metrics>,
         shm: Arc<ShmRegistry>,
@@ -83,7 +83,7 @@ impl InferService {
         if model.is_empty() {
             return Err(Error::invalid("the request names no model"));
         }
-        self.repository.resolve(model, version)
+        self.repository.snapshot().resolve(model, &version)
     }
 
     /// Validates `request` against its signature and runs it on a blocking thread.

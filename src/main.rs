@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
 use tensorport::backend::onnx_library;
@@ -81,8 +82,16 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             default_batching: args.batch_settings(),
             metrics: metrics.clone(),
         };
-        let repository =
-            ModelRepository::load(&model_dir, &loader).map_err(|err| err.to_string())?;
+        let repository = Arc::new(ModelRepository::new(&model_dir, loader));
+        repository
+            .reconcile()
+            .await
+            .map_err(|err| err.to_string())?;
+        let watcher = (args.model_poll_secs > 0).then(|| {
+            repository
+                .clone()
+                .watch(Duration::from_secs(args.model_poll_secs))
+        });
         let max_request_bytes = usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX);
         let infer = Arc::new(InferService::new(
             repository,
@@ -99,14 +108,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             rest = %local(&rest),
             "listening"
         );
-        tensorport::run(
+        let served = tensorport::run(
             infer,
             Listeners { grpc, rest },
             ServerOptions { max_request_bytes },
             shutdown_signal(),
         )
         .await
-        .map_err(|err| err.to_string())
+        .map_err(|err| err.to_string());
+        if let Some(watcher) = watcher {
+            watcher.abort();
+        }
+        served
     })?;
     tracing::info!("stopped");
     Ok(())

@@ -337,12 +337,13 @@ fn execute(
             .record_copy(CopyStage::BatchGather, gathered);
         inputs
     };
-    stats.compute_input.record(phase.elapsed());
+    let input_time = phase.elapsed();
 
     let phase = std::time::Instant::now();
-    let result = backend.run(sig, inputs, outputs);
-    stats.compute_infer.record(phase.elapsed());
-    let merged = result.map_err(Failure::Backend)?;
+    let merged = backend
+        .run(sig, inputs, outputs)
+        .map_err(Failure::Backend)?;
+    let infer_time = phase.elapsed();
 
     let phase = std::time::Instant::now();
     let split = if rows.len() == 1 {
@@ -350,7 +351,7 @@ fn execute(
     } else {
         scatter(merged, rows).map_err(Failure::Batch)
     };
-    stats.compute_output.record(phase.elapsed());
+    stats.record_compute(input_time, infer_time, phase.elapsed());
     split
 }
 

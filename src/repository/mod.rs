@@ -1,20 +1,31 @@
 //! The model repository: which models exist, which of their versions serve, and why the
 //! others do not.
+//!
+//! The serving state is an immutable [`Snapshot`] behind an `Arc`: a request takes the current
+//! snapshot (a reference-count bump), resolves its model version there, and keeps that version
+//! alive for as long as it runs. The lifecycle ([`ModelRepository`]) builds new snapshots as
+//! versions load, warm up, and retire, and swaps them in atomically.
 
+mod lifecycle;
 mod model_config;
 mod scan;
+mod warmup;
 
-pub use model_config::{ModelConfig, ModelConfigError, MODEL_CONFIG_FILE};
-
-pub use scan::{parse_version, scan, ModelFolder, ScanError, VersionFolder, ONNX_MODEL_FILE};
+pub use lifecycle::{ModelRepository, ServedModel};
+pub use model_config::{
+    ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MODEL_CONFIG_FILE,
+};
+pub use scan::{
+    parse_version, scan, scan_model, subfolders, ModelFolder, ScanError, VersionFolder,
+    ONNX_MODEL_FILE,
+};
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::backend::onnx::{OnnxRuntime, OnnxThreads};
 use crate::backend::{Backend, BackendError, Signature};
-use crate::batcher::{BatchSettings, Batcher, BatcherHandle, Telemetry};
+use crate::batcher::{BatchSettings, BatcherHandle};
 use crate::error::Error;
 use crate::metrics::Metrics;
 use crate::stats::ModelStats;
@@ -29,6 +40,7 @@ pub struct Loader {
 }
 
 impl Loader {
+    /// Loads the runtime for one version folder. Blocks.
     pub fn load(&self, folder: &VersionFolder) -> Result<Arc<dyn Backend>, BackendError> {
         let onnx = folder.path.join(ONNX_MODEL_FILE);
         if onnx.is_file() {
@@ -41,14 +53,18 @@ impl Loader {
     }
 }
 
-/// A model version that loaded and serves.
+/// A model version that loaded, warmed up, and serves.
 pub struct LoadedModel {
     pub name: String,
     pub version: u64,
     pub backend: Arc<dyn Backend>,
-    /// Every request to this version goes through its batcher, which owns the runs.
+    /// Every request to this version goes through its batcher, which owns the runs. When the
+    /// version retires and its last request finishes, dropping the handle lets the batcher
+    /// drain its queue and stop.
     pub batcher: BatcherHandle,
     pub stats: Arc<ModelStats>,
+    /// Dropped with the version, which tells the lifecycle its last request has finished.
+    _alive: tokio::sync::oneshot::Sender<()>,
 }
 
 impl LoadedModel {
@@ -75,103 +91,108 @@ impl LoadedModel {
     }
 }
 
-/// The state of one version the repository manages.
+/// Where one version is in its life, as TF Serving's status and Triton's index report it.
 #[derive(Clone)]
-pub enum VersionRecord {
+pub enum VersionState {
+    /// Being loaded and warmed up; not serving yet.
+    Loading,
     Available(Arc<LoadedModel>),
-    /// Loading failed; the message says why.
-    Failed(String),
+    /// Retiring: no new requests; requests already running finish.
+    Unloading,
+    /// Not serving: unloaded (`error` is `None`) or failed to load or warm up.
+    End {
+        error: Option<String>,
+    },
 }
 
 /// Which version a request asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VersionSelector {
     Latest,
     Specific(u64),
+    Label(String),
 }
 
 /// One model and the versions the repository manages for it.
+#[derive(Clone)]
 pub struct ModelRecord {
     pub name: String,
-    pub versions: BTreeMap<u64, VersionRecord>,
+    pub versions: BTreeMap<u64, VersionState>,
+    pub labels: BTreeMap<String, u64>,
 }
 
 impl ModelRecord {
-    /// The serving model for `selector`: the newest available version, or the one named.
-    pub fn resolve(&self, selector: VersionSelector) -> Result<Arc<LoadedModel>, Error> {
-        match selector {
-            VersionSelector::Latest => self
-                .versions
-                .values()
-                .rev()
-                .find_map(|record| match record {
-                    VersionRecord::Available(model) => Some(model.clone()),
-                    VersionRecord::Failed(_) => None,
-                })
-                .ok_or_else(|| Error::NoAvailableVersion {
-                    model: self.name.clone(),
-                    reason: self
-                        .versions
-                        .values()
-                        .rev()
-                        .find_map(|record| match record {
-                            VersionRecord::Failed(reason) => Some(reason.clone()),
-                            VersionRecord::Available(_) => None,
-                        }),
-                }),
-            VersionSelector::Specific(version) => match self.versions.get(&version) {
-                Some(VersionRecord::Available(model)) => Ok(model.clone()),
-                _ => Err(Error::VersionNotFound {
-                    model: self.name.clone(),
-                    version,
-                }),
-            },
+    fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            versions: BTreeMap::new(),
+            labels: BTreeMap::new(),
         }
+    }
+
+    /// The serving model for `selector`: the newest available version, the one named, or the
+    /// one a label points to.
+    pub fn resolve(&self, selector: &VersionSelector) -> Result<Arc<LoadedModel>, Error> {
+        let version = match selector {
+            VersionSelector::Latest => return self.latest(),
+            VersionSelector::Specific(version) => *version,
+            VersionSelector::Label(label) => *self.labels.get(label).ok_or_else(|| {
+                Error::invalid(format!(
+                    "model '{}' has no version label '{label}'{}",
+                    self.name,
+                    if self.labels.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " (labels: {})",
+                            self.labels.keys().cloned().collect::<Vec<_>>().join(", ")
+                        )
+                    }
+                ))
+            })?,
+        };
+        match self.versions.get(&version) {
+            Some(VersionState::Available(model)) => Ok(model.clone()),
+            _ => Err(Error::VersionNotFound {
+                model: self.name.clone(),
+                version,
+            }),
+        }
+    }
+
+    fn latest(&self) -> Result<Arc<LoadedModel>, Error> {
+        self.versions
+            .values()
+            .rev()
+            .find_map(|state| match state {
+                VersionState::Available(model) => Some(model.clone()),
+                _ => None,
+            })
+            .ok_or_else(|| Error::NoAvailableVersion {
+                model: self.name.clone(),
+                reason: self.versions.values().rev().find_map(|state| match state {
+                    VersionState::End { error } => error.clone(),
+                    VersionState::Loading => Some("a version is still loading".to_owned()),
+                    _ => None,
+                }),
+            })
+    }
+
+    /// Whether any version serves.
+    pub fn is_available(&self) -> bool {
+        self.versions
+            .values()
+            .any(|state| matches!(state, VersionState::Available(_)))
     }
 }
 
-/// All models found in the model directory, loaded at start.
-pub struct ModelRepository {
+/// The serving state at one moment.
+#[derive(Clone, Default)]
+pub struct Snapshot {
     models: BTreeMap<String, ModelRecord>,
 }
 
-impl ModelRepository {
-    /// Scans `dir` and loads each model's latest version. A model that fails to load is
-    /// recorded with its error and logged; the others serve. Must run inside a Tokio runtime:
-    /// each loaded version starts its batcher task.
-    pub fn load(dir: &Path, loader: &Loader) -> Result<Self, ScanError> {
-        let mut models = BTreeMap::new();
-        for folder in scan(dir)? {
-            let mut versions = BTreeMap::new();
-            match folder.latest() {
-                None => {
-                    tracing::warn!(model = %folder.name, "model folder has no numeric version folder; skipped")
-                }
-                Some(latest) => {
-                    let record = match load_version(&folder, latest, loader) {
-                        Ok(model) => {
-                            tracing::info!(model = %folder.name, version = latest.version, "model loaded");
-                            VersionRecord::Available(Arc::new(model))
-                        }
-                        Err(reason) => {
-                            tracing::error!(model = %folder.name, version = latest.version, error = %reason, "model failed to load; skipped");
-                            VersionRecord::Failed(reason)
-                        }
-                    };
-                    versions.insert(latest.version, record);
-                }
-            }
-            models.insert(
-                folder.name.clone(),
-                ModelRecord {
-                    name: folder.name,
-                    versions,
-                },
-            );
-        }
-        Ok(Self { models })
-    }
-
+impl Snapshot {
     pub fn model(&self, name: &str) -> Result<&ModelRecord, Error> {
         self.models
             .get(name)
@@ -181,7 +202,7 @@ impl ModelRepository {
     pub fn resolve(
         &self,
         name: &str,
-        selector: VersionSelector,
+        selector: &VersionSelector,
     ) -> Result<Arc<LoadedModel>, Error> {
         self.model(name)?.resolve(selector)
     }
@@ -189,30 +210,4 @@ impl ModelRepository {
     pub fn models(&self) -> impl Iterator<Item = &ModelRecord> {
         self.models.values()
     }
-}
-
-/// Loads one version: its settings, its backend, and the batcher in front of it.
-fn load_version(
-    folder: &ModelFolder,
-    version: &VersionFolder,
-    loader: &Loader,
-) -> Result<LoadedModel, String> {
-    let config = ModelConfig::load(&folder.path).map_err(|err| err.to_string())?;
-    let backend = loader.load(version).map_err(|err| err.to_string())?;
-    let batching = config
-        .batching
-        .unwrap_or_else(|| loader.default_batching.clone());
-    let stats = Arc::new(ModelStats::default());
-    let telemetry = Telemetry {
-        stats: stats.clone(),
-        metrics: loader.metrics.clone(),
-    };
-    let batcher = Batcher::spawn(folder.name.clone(), backend.clone(), &batching, telemetry);
-    Ok(LoadedModel {
-        name: folder.name.clone(),
-        version: version.version,
-        backend,
-        batcher,
-        stats,
-    })
 }

@@ -1,5 +1,24 @@
 //! `DIR/<model>/config.toml`: per-model settings.
+//!
+//! ```toml
+//! [batching]                  # dynamic batching (off unless set here or by server flags)
+//! max_batch_size = 32
+//! max_queue_delay_us = 500
+//!
+//! [version_policy]            # one of: latest = N (default 1), all = true, specific = [..]
+//! latest = 2
+//!
+//! [version_labels]            # names clients may use instead of numbers
+//! stable = 1
+//! canary = 2
+//!
+//! [warmup]                    # requests run before a version serves
+//! requests = 3
+//! batch_size = 4
+//! shapes = { features = [4, 16] }
+//! ```
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -10,11 +29,75 @@ use crate::batcher::BatchSettings;
 pub const MODEL_CONFIG_FILE: &str = "config.toml";
 
 /// Settings of one model. Absent sections take the server-wide defaults.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// Dynamic batching (`[batching]`); off unless the model or the server enables it.
     pub batching: Option<BatchSettings>,
+    #[serde(default)]
+    pub version_policy: VersionPolicyTable,
+    #[serde(default)]
+    pub version_labels: BTreeMap<String, u64>,
+    pub warmup: Option<WarmupConfig>,
+}
+
+/// `[version_policy]` as written; [`ModelConfig::policy`] checks it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VersionPolicyTable {
+    pub latest: Option<usize>,
+    pub all: Option<bool>,
+    pub specific: Option<Vec<u64>>,
+}
+
+/// Which versions on disk a model serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VersionPolicy {
+    /// The N highest versions.
+    Latest(usize),
+    All,
+    Specific(Vec<u64>),
+}
+
+impl Default for VersionPolicy {
+    fn default() -> Self {
+        Self::Latest(1)
+    }
+}
+
+impl VersionPolicy {
+    /// The versions to serve out of `on_disk` (ascending).
+    pub fn aspired(&self, on_disk: &[u64]) -> Vec<u64> {
+        match self {
+            Self::Latest(n) => on_disk.iter().rev().take(*n).rev().copied().collect(),
+            Self::All => on_disk.to_vec(),
+            Self::Specific(wanted) => on_disk
+                .iter()
+                .filter(|v| wanted.contains(v))
+                .copied()
+                .collect(),
+        }
+    }
+}
+
+/// `[warmup]`: generated requests a version runs before it serves, so its first real request
+/// does not pay for lazy initialisation.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WarmupConfig {
+    /// How many requests to run (0 disables warmup).
+    #[serde(default = "one")]
+    pub requests: usize,
+    /// The size given to dynamic first dimensions.
+    #[serde(default = "one")]
+    pub batch_size: usize,
+    /// Full shapes for inputs whose other dimensions are dynamic.
+    #[serde(default)]
+    pub shapes: BTreeMap<String, Vec<usize>>,
+}
+
+fn one() -> usize {
+    1
 }
 
 /// Why a model's settings file was refused.
@@ -45,19 +128,41 @@ impl ModelConfig {
                 })
             }
         };
-        let config: Self = toml::from_str(&text).map_err(|err| ModelConfigError::Invalid {
+        let invalid = |message: String| ModelConfigError::Invalid {
             path: shown.clone(),
-            message: err.message().to_owned(),
-        })?;
+            message,
+        };
+        let config: Self =
+            toml::from_str(&text).map_err(|err| invalid(err.message().to_owned()))?;
         if let Some(batching) = &config.batching {
             batching
                 .validate()
-                .map_err(|err| ModelConfigError::Invalid {
-                    path: shown,
-                    message: format!("[batching]: {err}"),
-                })?;
+                .map_err(|err| invalid(format!("[batching]: {err}")))?;
+        }
+        config.policy().map_err(invalid)?;
+        if let Some((label, _)) = config.version_labels.iter().find(|(_, &v)| v == 0) {
+            return Err(invalid(format!(
+                "[version_labels]: label '{label}' must name a positive version"
+            )));
         }
         Ok(config)
+    }
+
+    /// The version policy, refusing a table that names none or several.
+    pub fn policy(&self) -> Result<VersionPolicy, String> {
+        let table = &self.version_policy;
+        match (table.latest, table.all, &table.specific) {
+            (None, None, None) => Ok(VersionPolicy::default()),
+            (Some(0), None, None) => Err("[version_policy]: latest must be at least 1".into()),
+            (Some(n), None, None) => Ok(VersionPolicy::Latest(n)),
+            (None, Some(true), None) => Ok(VersionPolicy::All),
+            (None, Some(false), None) => Ok(VersionPolicy::default()),
+            (None, None, Some(list)) if !list.is_empty() => {
+                Ok(VersionPolicy::Specific(list.clone()))
+            }
+            (None, None, Some(_)) => Err("[version_policy]: specific must list versions".into()),
+            _ => Err("[version_policy]: give one of latest, all or specific".into()),
+        }
     }
 }
 
@@ -65,31 +170,66 @@ impl ModelConfig {
 mod tests {
     use super::*;
 
+    fn with_config(text: &str) -> Result<ModelConfig, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "tensorport-model-config-{}-{}",
+            std::process::id(),
+            text.len()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join(MODEL_CONFIG_FILE), text).map_err(|e| e.to_string())?;
+        let result = ModelConfig::load(&dir).map_err(|e| e.to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+
     #[test]
-    fn reads_batching_and_refuses_unknown_keys() -> Result<(), Box<dyn std::error::Error>> {
-        let dir =
-            std::env::temp_dir().join(format!("tensorport-model-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        assert!(ModelConfig::load(&dir)?.batching.is_none());
-
-        std::fs::write(
-            dir.join(MODEL_CONFIG_FILE),
-            "[batching]\nmax_batch_size = 32\nmax_queue_delay_us = 500\n",
-        )?;
-        let batching = ModelConfig::load(&dir)?.batching.unwrap_or_default();
-        assert_eq!(batching.max_batch_size, 32);
-        assert_eq!(batching.max_queue_delay_us, 500);
-
-        std::fs::write(
-            dir.join(MODEL_CONFIG_FILE),
-            "[batchign]\nmax_batch_size = 32\n",
-        )?;
-        let err = ModelConfig::load(&dir)
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        std::fs::remove_dir_all(&dir)?;
-        assert!(err.contains("batchign"), "{err}");
+    fn a_model_without_settings_gets_defaults() -> Result<(), ModelConfigError> {
+        let config = ModelConfig::load(Path::new("/nonexistent-model-folder"))?;
+        assert_eq!(config, ModelConfig::default());
+        assert_eq!(config.policy(), Ok(VersionPolicy::Latest(1)));
         Ok(())
+    }
+
+    #[test]
+    fn reads_every_section() -> Result<(), String> {
+        let config = with_config(
+            "[batching]\nmax_batch_size = 32\nmax_queue_delay_us = 500\n\
+             [version_policy]\nspecific = [1, 3]\n\
+             [version_labels]\nstable = 1\n\
+             [warmup]\nrequests = 2\nshapes = { x = [1, 4] }\n",
+        )?;
+        assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(32));
+        assert_eq!(config.policy(), Ok(VersionPolicy::Specific(vec![1, 3])));
+        assert_eq!(config.version_labels.get("stable"), Some(&1));
+        let warmup = config.warmup.ok_or("warmup section")?;
+        assert_eq!((warmup.requests, warmup.batch_size), (2, 1));
+        assert_eq!(warmup.shapes.get("x"), Some(&vec![1, 4]));
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_mean() {
+        for (text, needle) in [
+            ("[batchign]\nmax_batch_size = 32\n", "batchign"),
+            ("[version_policy]\nlatest = 1\nall = true\n", "one of"),
+            ("[version_policy]\nlatest = 0\n", "at least 1"),
+            ("[version_labels]\nstable = 0\n", "positive"),
+        ] {
+            let err = with_config(text).err().unwrap_or_default();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn policies_pick_versions() {
+        let on_disk = [1, 2, 5, 9];
+        assert_eq!(VersionPolicy::Latest(1).aspired(&on_disk), vec![9]);
+        assert_eq!(VersionPolicy::Latest(2).aspired(&on_disk), vec![5, 9]);
+        assert_eq!(VersionPolicy::All.aspired(&on_disk), vec![1, 2, 5, 9]);
+        assert_eq!(
+            VersionPolicy::Specific(vec![2, 7]).aspired(&on_disk),
+            vec![2]
+        );
     }
 }

@@ -43,13 +43,7 @@ pub enum ScanError {
 pub fn scan(dir: &Path) -> Result<Vec<ModelFolder>, ScanError> {
     let mut models = Vec::new();
     for (name, path) in subfolders(dir)? {
-        let mut versions: Vec<VersionFolder> = subfolders(&path)?
-            .into_iter()
-            .filter_map(|(entry, path)| {
-                parse_version(&entry).map(|version| VersionFolder { version, path })
-            })
-            .collect();
-        versions.sort_by_key(|v| v.version);
+        let versions = scan_model(&path)?;
         models.push(ModelFolder {
             name,
             path,
@@ -60,6 +54,18 @@ pub fn scan(dir: &Path) -> Result<Vec<ModelFolder>, ScanError> {
     Ok(models)
 }
 
+/// The numeric version folders of one model folder, ascending by version number.
+pub fn scan_model(path: &Path) -> Result<Vec<VersionFolder>, ScanError> {
+    let mut versions: Vec<VersionFolder> = subfolders(path)?
+        .into_iter()
+        .filter_map(|(entry, path)| {
+            parse_version(&entry).map(|version| VersionFolder { version, path })
+        })
+        .collect();
+    versions.sort_by_key(|v| v.version);
+    Ok(versions)
+}
+
 /// Version folder names are positive integers, compared as numbers (`10` is after `9`).
 pub fn parse_version(name: &str) -> Option<u64> {
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_digit()) {
@@ -68,7 +74,8 @@ pub fn parse_version(name: &str) -> Option<u64> {
     name.parse().ok().filter(|&v| v > 0)
 }
 
-fn subfolders(dir: &Path) -> Result<Vec<(String, PathBuf)>, ScanError> {
+/// The visible subfolders of `dir` (symlinks followed), as (name, path).
+pub fn subfolders(dir: &Path) -> Result<Vec<(String, PathBuf)>, ScanError> {
     let read_error = |source| ScanError::Read {
         path: dir.to_path_buf(),
         source,

@@ -59,7 +59,10 @@ impl TestServer {
             default_batching: BatchSettings::default(),
             metrics: metrics.clone(),
         };
-        let repository = ModelRepository::load(&repo_path("examples/models"), &loader)
+        let repository = Arc::new(ModelRepository::new(&repo_path("examples/models"), loader));
+        repository
+            .reconcile()
+            .await
             .unwrap_or_else(|err| panic!("{err}"));
         let infer = Arc::new(InferService::new(
             repository,

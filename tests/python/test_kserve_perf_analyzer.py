@@ -77,8 +77,8 @@ def test_perf_analyzer_kserve(server, triton_http, protocol, shared, batch):
         "--concurrency-range", "1:1",
         "--measurement-mode", "count_windows",
         "--measurement-request-count", "50",
-        "--stability-percentage", "100",
-        "--max-trials", "5",
+        "--stability-percentage", "1000",
+        "--max-trials", "10",
     ]
     if shared:
         command += ["--shared-memory", "system", "--output-shared-memory-size", "4096"]

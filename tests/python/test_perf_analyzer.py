@@ -32,7 +32,7 @@ def test_perf_analyzer_tfserving_grpc(server):
         "--measurement-interval", "1000",
         "--max-trials", "10",
         # A functional check on a shared, noisy machine: accept any stable-enough window.
-        "--stability-percentage", "100",
+        "--stability-percentage", "1000",
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=180)
     output = result.stdout + result.stderr

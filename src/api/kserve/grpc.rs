@@ -18,7 +18,7 @@ use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_response::InferOutputTensor;
 use crate::proto::inference::model_metadata_response::TensorMetadata;
 use crate::proto::inference::{self as pb, InferParameter};
-use crate::repository::{VersionRecord, VersionSelector};
+use crate::repository::{VersionSelector, VersionState};
 use crate::shm::{Peer, ShmError};
 use crate::tensor::shape_from_dims;
 
@@ -180,22 +180,27 @@ pub fn statistics(
     version: &str,
 ) -> Result<pb::ModelStatisticsResponse, Error> {
     let selector = version_selector(version)?;
+    let snapshot = service.repository().snapshot();
     let records: Vec<_> = match name {
-        Some(name) if !name.is_empty() => vec![service.repository().model(name)?],
-        _ => service.repository().models().collect(),
+        Some(name) if !name.is_empty() => vec![snapshot.model(name)?],
+        _ => snapshot.models().collect(),
     };
     let mut model_stats = Vec::new();
     for record in records {
         for (v, state) in &record.versions {
-            let VersionRecord::Available(model) = state else {
+            let VersionState::Available(model) = state else {
                 continue;
             };
-            if let VersionSelector::Specific(want) = selector {
-                if want != *v {
-                    continue;
-                }
+            let wanted = match &selector {
+                VersionSelector::Latest => true,
+                VersionSelector::Specific(want) => want == v,
+                VersionSelector::Label(label) => record.labels.get(label) == Some(v),
+            };
+            if !wanted {
+                continue;
             }
             let s = &model.stats;
+            let compute = s.compute();
             let duration = |d: &crate::stats::Duration64| {
                 let (count, ns) = d.get();
                 Some(pb::StatisticDuration { count, ns })
@@ -211,9 +216,18 @@ pub fn statistics(
                     success: duration(&s.success),
                     fail: duration(&s.fail),
                     queue: duration(&s.queue),
-                    compute_input: duration(&s.compute_input),
-                    compute_infer: duration(&s.compute_infer),
-                    compute_output: duration(&s.compute_output),
+                    compute_input: Some(pb::StatisticDuration {
+                        count: compute.count,
+                        ns: compute.input_ns,
+                    }),
+                    compute_infer: Some(pb::StatisticDuration {
+                        count: compute.count,
+                        ns: compute.infer_ns,
+                    }),
+                    compute_output: Some(pb::StatisticDuration {
+                        count: compute.count,
+                        ns: compute.output_ns,
+                    }),
                     cache_hit: Some(pb::StatisticDuration::default()),
                     cache_miss: Some(pb::StatisticDuration::default()),
                 }),

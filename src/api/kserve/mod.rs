@@ -158,10 +158,15 @@ pub struct InferResponse {
     pub outputs: Vec<OutputResult>,
 }
 
-/// KServe's version field: empty means the newest available version.
+/// KServe's version field: empty means the newest available version, a number names a
+/// version, anything else is a version label.
 pub fn version_selector(version: &str) -> Result<VersionSelector, Error> {
     if version.is_empty() {
         return Ok(VersionSelector::Latest);
+    }
+    if !version.bytes().all(|b| b.is_ascii_digit()) {
+        // Not a number: a version label (`stable`, `canary`, ...).
+        return Ok(VersionSelector::Label(version.to_owned()));
     }
     version
         .parse::<u64>()

@@ -8,7 +8,7 @@ use crate::backend::{Signature, TensorSpec};
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::proto::inference::{DataType as ConfigType, ModelConfig, ModelInput, ModelOutput};
-use crate::repository::{LoadedModel, VersionRecord};
+use crate::repository::{LoadedModel, VersionState};
 use crate::tensor::DataType;
 
 /// The largest batch reported to Triton clients for a model whose every input and output has
@@ -53,11 +53,12 @@ pub fn model_metadata(
 ) -> Result<ModelMetadata, Error> {
     let model = service.resolve(name, version_selector(version)?)?;
     let sig = default_signature(&model)?;
-    let record = service.repository().model(name)?;
+    let snapshot = service.repository().snapshot();
+    let record = snapshot.model(name)?;
     let versions = record
         .versions
         .iter()
-        .filter(|(_, state)| matches!(state, VersionRecord::Available(_)))
+        .filter(|(_, state)| matches!(state, VersionState::Available(_)))
         .map(|(v, _)| v.to_string())
         .collect();
     Ok(ModelMetadata {
@@ -181,11 +182,15 @@ pub struct IndexEntry {
 /// Every model in the repository with the state of each managed version.
 pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEntry> {
     let mut entries = Vec::new();
-    for record in service.repository().models() {
+    let snapshot = service.repository().snapshot();
+    for record in snapshot.models() {
         for (version, state) in &record.versions {
             let (state, reason) = match state {
-                VersionRecord::Available(_) => ("READY", String::new()),
-                VersionRecord::Failed(reason) => ("UNAVAILABLE", reason.clone()),
+                VersionState::Loading => ("LOADING", String::new()),
+                VersionState::Available(_) => ("READY", String::new()),
+                VersionState::Unloading => ("UNLOADING", String::new()),
+                VersionState::End { error: None } => ("UNAVAILABLE", "unloaded".to_owned()),
+                VersionState::End { error: Some(error) } => ("UNAVAILABLE", error.clone()),
             };
             if ready_only && state != "READY" {
                 continue;

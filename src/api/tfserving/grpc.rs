@@ -173,11 +173,15 @@ impl ModelService for TfServingGrpc {
         if spec.name.is_empty() {
             return Err(Error::invalid("the request names no model").into());
         }
+        let snapshot = self.infer.repository().snapshot();
+        let record = snapshot.model(&spec.name)?;
         let version = match spec_selector(&spec)? {
             VersionSelector::Latest => None,
             VersionSelector::Specific(v) => Some(v),
+            VersionSelector::Label(label) => {
+                Some(record.resolve(&VersionSelector::Label(label))?.version)
+            }
         };
-        let record = self.infer.repository().model(&spec.name)?;
         let model_version_status = version_statuses(record, version)?
             .into_iter()
             .map(|row| ModelVersionStatus {

@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::proto::tensorflow::error::Code as TfCode;
 use crate::proto::tensorflow::serving::model_version_status::State;
 use crate::proto::tensorflow::{tensor_info, SignatureDef, TensorInfo};
-use crate::repository::{LoadedModel, ModelRecord, VersionRecord, VersionSelector};
+use crate::repository::{LoadedModel, ModelRecord, VersionSelector, VersionState};
 
 /// TF Serving's method name for predict signatures.
 pub const PREDICT_METHOD: &str = "tensorflow/serving/predict";
@@ -29,9 +29,7 @@ pub fn selector(version: Option<i64>, label: Option<&str>) -> Result<VersionSele
             .ok_or_else(|| {
                 Error::invalid(format!("model versions are positive integers, got {v}"))
             }),
-        (None, Some(label)) => Err(Error::invalid(format!(
-            "unknown version label '{label}': no labels are assigned"
-        ))),
+        (None, Some(label)) => Ok(VersionSelector::Label(label.to_owned())),
         (None, None) => Ok(VersionSelector::Latest),
     }
 }
@@ -53,19 +51,23 @@ pub fn version_statuses(
         .versions
         .iter()
         .filter(|(v, _)| version.is_none_or(|want| want == **v))
-        .map(|(&version, state)| match state {
-            VersionRecord::Available(_) => VersionStatus {
+        .map(|(&version, state)| {
+            let (state, error) = match state {
+                VersionState::Loading => (State::Loading, None),
+                VersionState::Available(_) => (State::Available, None),
+                VersionState::Unloading => (State::Unloading, None),
+                VersionState::End { error } => (State::End, error.clone()),
+            };
+            VersionStatus {
                 version,
-                state: State::Available,
-                error_code: TfCode::Ok,
-                error_message: String::new(),
-            },
-            VersionRecord::Failed(reason) => VersionStatus {
-                version,
-                state: State::End,
-                error_code: TfCode::Unknown,
-                error_message: reason.clone(),
-            },
+                state,
+                error_code: if error.is_some() {
+                    TfCode::Unknown
+                } else {
+                    TfCode::Ok
+                },
+                error_message: error.unwrap_or_default(),
+            }
         })
         .collect();
     match (version, rows.is_empty()) {

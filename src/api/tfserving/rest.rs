@@ -156,7 +156,8 @@ async fn dispatch(
 
 fn status(infer: &InferService, model: &str, version: Option<&str>) -> Result<Response, Error> {
     let version = version.map(parse_version_text).transpose()?;
-    let record = infer.repository().model(model)?;
+    let snapshot = infer.repository().snapshot();
+    let record = snapshot.model(model)?;
     let rows: Vec<Value> = version_statuses(record, version)?
         .into_iter()
         .map(|row| {

@@ -1,0 +1,519 @@
+//! Versions come and go: the repository is reconciled with the model directory at start, on a
+//! poll, and on the explicit load / unload / reload-config APIs.
+//!
+//! Rules, in the order they matter to a client:
+//! - A new version is loaded and warmed up off the request path, and only then published.
+//! - A version that fails to load or to warm up is reported (status, log) and the version that
+//!   was serving keeps serving. It is retried only once its files change.
+//! - A retired version leaves the snapshot first, so no new request reaches it; requests that
+//!   already hold it finish, then it is dropped and its batcher drains and stops.
+//! - A version that is no longer aspired keeps serving while no aspired version is available
+//!   (so a broken new version never leaves a model with nothing), unless its folder is gone.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+
+use super::model_config::ModelConfig;
+use super::{
+    scan_model, subfolders, warmup, LoadedModel, Loader, ModelRecord, ScanError, Snapshot,
+    VersionFolder, VersionPolicy, VersionState, WarmupConfig,
+};
+use tokio::sync::oneshot;
+
+use crate::batcher::{Batcher, Telemetry};
+use crate::error::Error;
+use crate::stats::ModelStats;
+
+/// A model the TF Serving reload-config API asked to serve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedModel {
+    pub name: String,
+    /// Where its version folders are (default: `--model-dir/<name>`).
+    pub path: PathBuf,
+    /// Overrides the model's config.toml when given.
+    pub policy: Option<VersionPolicy>,
+    pub labels: Option<BTreeMap<String, u64>>,
+}
+
+/// What the reconciler remembers between runs; guarded by the reconcile lock.
+#[derive(Default)]
+struct Control {
+    /// Versions that failed, with a fingerprint of their files: retried when it changes.
+    failures: HashMap<(String, u64), Fingerprint>,
+    /// Models unloaded through the API: not loaded again until the API loads them.
+    unloaded: HashSet<String>,
+    /// Set by the reload-config API: exactly these models are served.
+    served: Option<BTreeMap<String, ServedModel>>,
+    /// Closed when the loaded version is dropped: a retiring version is UNLOADING until then.
+    alive: HashMap<(String, u64), oneshot::Receiver<()>>,
+}
+
+/// Sizes and modification times of a version folder's files.
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+/// A model as found on disk, with its settings.
+struct Source {
+    name: String,
+    versions: Vec<VersionFolder>,
+    config: Result<ModelConfig, String>,
+    policy_override: Option<VersionPolicy>,
+    labels_override: Option<BTreeMap<String, u64>>,
+}
+
+/// The model repository: the current snapshot, and the lifecycle that replaces it.
+pub struct ModelRepository {
+    dir: PathBuf,
+    loader: Arc<Loader>,
+    /// Swapped whole; held only to clone or replace the `Arc`, never across an await.
+    snapshot: RwLock<Arc<Snapshot>>,
+    /// One reconciliation at a time.
+    control: tokio::sync::Mutex<Control>,
+}
+
+impl ModelRepository {
+    /// An empty repository over `dir`; [`Self::reconcile`] loads it.
+    pub fn new(dir: &Path, loader: Loader) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            loader: Arc::new(loader),
+            snapshot: RwLock::new(Arc::new(Snapshot::default())),
+            control: tokio::sync::Mutex::new(Control::default()),
+        }
+    }
+
+    /// The serving state now.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot
+            .read()
+            .map(|snapshot| snapshot.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+    }
+
+    fn publish(&self, change: impl FnOnce(&mut Snapshot)) {
+        let mut guard = self
+            .snapshot
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = Snapshot::clone(&guard);
+        change(&mut next);
+        *guard = Arc::new(next);
+    }
+
+    fn set_state(&self, model: &str, version: u64, state: VersionState) {
+        self.publish(|snapshot| {
+            snapshot
+                .models
+                .entry(model.to_owned())
+                .or_insert_with(|| ModelRecord::new(model))
+                .versions
+                .insert(version, state);
+        });
+    }
+
+    /// Brings every model in line with the directory (or the served list).
+    pub async fn reconcile(&self) -> Result<(), ScanError> {
+        let mut control = self.control.lock().await;
+        self.reconcile_locked(&mut control, None).await
+    }
+
+    /// Polls the directory every `period` until the task is aborted.
+    pub fn watch(self: Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(period);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                if let Err(err) = self.reconcile().await {
+                    tracing::error!(error = %err, "cannot poll the model directory");
+                }
+            }
+        })
+    }
+
+    /// Loads `name` (again): clears an earlier unload and reconciles it now.
+    pub async fn load_model(&self, name: &str) -> Result<(), Error> {
+        let mut control = self.control.lock().await;
+        control.unloaded.remove(name);
+        self.reconcile_locked(&mut control, Some(name))
+            .await
+            .map_err(|err| Error::Internal(err.to_string()))?;
+        let snapshot = self.snapshot();
+        let record = snapshot
+            .model(name)
+            .map_err(|_| Error::ModelNotFound(name.to_owned()))?;
+        record.resolve(&super::VersionSelector::Latest).map(|_| ())
+    }
+
+    /// Unloads every version of `name`; it stays unloaded until loaded again.
+    pub async fn unload_model(&self, name: &str) -> Result<(), Error> {
+        let mut control = self.control.lock().await;
+        self.snapshot().model(name)?;
+        control.unloaded.insert(name.to_owned());
+        self.reconcile_locked(&mut control, Some(name))
+            .await
+            .map_err(|err| Error::Internal(err.to_string()))
+    }
+
+    /// Serves exactly `models` from now on (TF Serving's HandleReloadConfigRequest).
+    pub async fn serve_only(&self, models: Vec<ServedModel>) -> Result<(), Error> {
+        let mut control = self.control.lock().await;
+        control.unloaded.clear();
+        control.served = Some(models.into_iter().map(|m| (m.name.clone(), m)).collect());
+        self.reconcile_locked(&mut control, None)
+            .await
+            .map_err(|err| Error::Internal(err.to_string()))
+    }
+
+    /// The directory a model's versions live in.
+    pub fn model_path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn sources(&self, control: &Control) -> Result<Vec<Source>, ScanError> {
+        let listed: Vec<(String, PathBuf, Option<&ServedModel>)> = match &control.served {
+            Some(served) => served
+                .values()
+                .map(|m| (m.name.clone(), m.path.clone(), Some(m)))
+                .collect(),
+            None => subfolders(&self.dir)?
+                .into_iter()
+                .map(|(name, path)| (name, path, None))
+                .collect(),
+        };
+        let mut sources = Vec::with_capacity(listed.len());
+        for (name, path, served) in listed {
+            let versions = match scan_model(&path) {
+                Ok(versions) => versions,
+                // A listed model whose folder vanished has no versions: it unloads.
+                Err(_) if !path.exists() => Vec::new(),
+                Err(err) => return Err(err),
+            };
+            sources.push(Source {
+                config: ModelConfig::load(&path).map_err(|err| err.to_string()),
+                policy_override: served.and_then(|m| m.policy.clone()),
+                labels_override: served.and_then(|m| m.labels.clone()),
+                name,
+                versions,
+            });
+        }
+        Ok(sources)
+    }
+
+    async fn reconcile_locked(
+        &self,
+        control: &mut Control,
+        only: Option<&str>,
+    ) -> Result<(), ScanError> {
+        let result = self.reconcile_sources(control, only).await;
+        self.sweep_retired(control);
+        result
+    }
+
+    async fn reconcile_sources(
+        &self,
+        control: &mut Control,
+        only: Option<&str>,
+    ) -> Result<(), ScanError> {
+        let sources = self.sources(control)?;
+        let wanted = |name: &str| only.is_none_or(|only| only == name);
+
+        // Models that are gone from disk (or from the served list) unload and disappear.
+        let present: HashSet<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+        let gone: Vec<String> = self
+            .snapshot()
+            .models()
+            .map(|m| m.name.clone())
+            .filter(|name| wanted(name) && !present.contains(name.as_str()))
+            .collect();
+        for name in gone {
+            self.retire_all(control, &name);
+            self.publish(|snapshot| {
+                snapshot.models.remove(&name);
+            });
+            tracing::info!(model = %name, "model removed");
+        }
+
+        for source in sources.iter().filter(|s| wanted(&s.name)) {
+            if control.unloaded.contains(&source.name) {
+                self.retire_all(control, &source.name);
+                continue;
+            }
+            self.reconcile_model(control, source).await;
+        }
+        Ok(())
+    }
+
+    async fn reconcile_model(&self, control: &mut Control, source: &Source) {
+        let config = match &source.config {
+            Ok(config) => config.clone(),
+            Err(message) => {
+                // Bad settings: report them on the newest version; keep whatever serves.
+                if let Some(latest) = source.versions.last() {
+                    if !self.is_serving(&source.name, latest.version) {
+                        self.set_state(
+                            &source.name,
+                            latest.version,
+                            VersionState::End {
+                                error: Some(message.clone()),
+                            },
+                        );
+                    }
+                }
+                tracing::error!(model = %source.name, error = %message, "invalid model settings");
+                return;
+            }
+        };
+        let policy = match source
+            .policy_override
+            .clone()
+            .map(Ok)
+            .unwrap_or_else(|| config.policy())
+        {
+            Ok(policy) => policy,
+            Err(message) => {
+                tracing::error!(model = %source.name, error = %message, "invalid version policy");
+                return;
+            }
+        };
+        let on_disk: Vec<u64> = source.versions.iter().map(|v| v.version).collect();
+        let aspired = policy.aspired(&on_disk);
+        if source.versions.is_empty() {
+            tracing::warn!(model = %source.name, "model folder has no numeric version folder");
+        }
+        self.publish(|snapshot| {
+            let record = snapshot
+                .models
+                .entry(source.name.clone())
+                .or_insert_with(|| ModelRecord::new(&source.name));
+            record.labels = source
+                .labels_override
+                .clone()
+                .unwrap_or_else(|| config.version_labels.clone());
+        });
+
+        for folder in source
+            .versions
+            .iter()
+            .filter(|v| aspired.contains(&v.version))
+        {
+            if self.is_serving(&source.name, folder.version) {
+                continue;
+            }
+            let key = (source.name.clone(), folder.version);
+            let fingerprint = fingerprint(&folder.path);
+            if control.failures.get(&key) == Some(&fingerprint) {
+                continue;
+            }
+            match self.load(&source.name, folder, &config).await {
+                Ok(alive) => {
+                    control.failures.remove(&key);
+                    control.alive.insert(key, alive);
+                }
+                Err(_) => {
+                    control.failures.insert(key, fingerprint);
+                }
+            }
+        }
+
+        // Retire what is no longer aspired, unless nothing aspired serves yet.
+        let snapshot = self.snapshot();
+        let Ok(record) = snapshot.model(&source.name) else {
+            return;
+        };
+        let aspired_serving = aspired
+            .iter()
+            .any(|v| matches!(record.versions.get(v), Some(VersionState::Available(_))));
+        let retire: Vec<u64> = record
+            .versions
+            .iter()
+            .filter(|(v, state)| {
+                !aspired.contains(v) && matches!(state, VersionState::Available(_))
+            })
+            .map(|(v, _)| *v)
+            .filter(|v| aspired_serving || !on_disk.contains(v))
+            .collect();
+        for version in retire {
+            self.retire(control, &source.name, version);
+        }
+        // Failures of versions no longer on disk are forgotten.
+        control
+            .failures
+            .retain(|(model, v), _| model != &source.name || on_disk.contains(v));
+    }
+
+    fn is_serving(&self, model: &str, version: u64) -> bool {
+        self.snapshot()
+            .model(model)
+            .ok()
+            .and_then(|record| record.versions.get(&version))
+            .is_some_and(|state| {
+                matches!(state, VersionState::Available(_) | VersionState::Loading)
+            })
+    }
+
+    /// Loads and warms up one version off the reactor, then publishes it. Returns a receiver
+    /// that closes when the loaded version is finally dropped.
+    async fn load(
+        &self,
+        model: &str,
+        folder: &VersionFolder,
+        config: &ModelConfig,
+    ) -> Result<oneshot::Receiver<()>, ()> {
+        tracing::info!(model, version = folder.version, "loading");
+        self.set_state(model, folder.version, VersionState::Loading);
+        let (explicit, warmup) = match &config.warmup {
+            Some(warmup) => (true, warmup.clone()),
+            None => (
+                false,
+                WarmupConfig {
+                    requests: 1,
+                    batch_size: 1,
+                    shapes: BTreeMap::new(),
+                },
+            ),
+        };
+        let loader = self.loader.clone();
+        let task_folder = folder.clone();
+        let name = model.to_owned();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let backend = loader.load(&task_folder).map_err(|err| err.to_string())?;
+            match warmup::run(backend.as_ref(), &warmup) {
+                Ok(()) => {}
+                // Only a warmup the model asked for can fail its load: generated inputs may
+                // not suit every model.
+                Err(err) if explicit => return Err(err),
+                Err(err) => tracing::warn!(model = %name, version = task_folder.version, error = %err, "default warmup failed; serving anyway"),
+            }
+            Ok(backend)
+        })
+        .await
+        .map_err(|err| format!("loading failed: {err}"))
+        .and_then(|result| result);
+        match loaded {
+            Ok(backend) => {
+                let batching = config
+                    .batching
+                    .clone()
+                    .unwrap_or_else(|| self.loader.default_batching.clone());
+                let stats = Arc::new(ModelStats::default());
+                let telemetry = Telemetry {
+                    stats: stats.clone(),
+                    metrics: self.loader.metrics.clone(),
+                };
+                let batcher = Batcher::spawn(model, backend.clone(), &batching, telemetry);
+                let (alive_tx, alive_rx) = oneshot::channel();
+                let loaded = LoadedModel {
+                    name: model.to_owned(),
+                    version: folder.version,
+                    backend,
+                    batcher,
+                    stats,
+                    _alive: alive_tx,
+                };
+                self.set_state(
+                    model,
+                    folder.version,
+                    VersionState::Available(Arc::new(loaded)),
+                );
+                tracing::info!(model, version = folder.version, "available");
+                Ok(alive_rx)
+            }
+            Err(error) => {
+                tracing::error!(model, version = folder.version, %error, "failed to load; the serving version stays");
+                self.set_state(
+                    model,
+                    folder.version,
+                    VersionState::End { error: Some(error) },
+                );
+                Err(())
+            }
+        }
+    }
+
+    /// Takes a version out of service. Requests that hold it finish; it is UNLOADING until
+    /// the last of them lets go, then END.
+    fn retire(&self, control: &mut Control, model: &str, version: u64) {
+        self.set_state(model, version, VersionState::Unloading);
+        tracing::info!(model, version, "unloading");
+        if !control.alive.contains_key(&(model.to_owned(), version)) {
+            self.set_state(model, version, VersionState::End { error: None });
+        }
+    }
+
+    fn retire_all(&self, control: &mut Control, model: &str) {
+        let snapshot = self.snapshot();
+        let Ok(record) = snapshot.model(model) else {
+            return;
+        };
+        let serving: Vec<u64> = record
+            .versions
+            .iter()
+            .filter(|(_, state)| matches!(state, VersionState::Available(_)))
+            .map(|(v, _)| *v)
+            .collect();
+        drop(snapshot);
+        for version in serving {
+            self.retire(control, model, version);
+        }
+    }
+
+    /// Marks retired versions whose last user has finished as END.
+    fn sweep_retired(&self, control: &mut Control) {
+        let snapshot = self.snapshot();
+        let mut finished = Vec::new();
+        control.alive.retain(|(model, version), alive| {
+            let state = snapshot
+                .model(model)
+                .ok()
+                .and_then(|record| record.versions.get(version));
+            match state {
+                Some(VersionState::Available(_)) => true,
+                Some(VersionState::Unloading) => match alive.try_recv() {
+                    Err(oneshot::error::TryRecvError::Empty) => true,
+                    _ => {
+                        finished.push((model.clone(), *version));
+                        false
+                    }
+                },
+                // Gone from the snapshot (model removed) or already ended.
+                _ => false,
+            }
+        });
+        drop(snapshot);
+        for (model, version) in finished {
+            self.set_state(&model, version, VersionState::End { error: None });
+            tracing::info!(model = %model, version, "unloaded");
+        }
+    }
+}
+
+fn fingerprint(dir: &Path) -> Fingerprint {
+    let mut files: Fingerprint = walk(dir)
+        .into_iter()
+        .filter_map(|path| {
+            let meta = std::fs::metadata(&path).ok()?;
+            Some((path, meta.len(), meta.modified().ok()))
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .flat_map(|path| {
+            if path.is_dir() {
+                walk(&path)
+            } else {
+                vec![path]
+            }
+        })
+        .collect()
+}
