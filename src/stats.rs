@@ -39,12 +39,19 @@ pub struct ModelStats {
     pub queue: Duration64,
     /// Per execution: gathering inputs, inside the runtime, splitting outputs. One lock for
     /// the three, so a reader always sees them counted together (Triton's clients check).
-    compute: Mutex<ComputeTimes>,
+    compute: Mutex<Executions>,
     /// Inferences (rows along the batch dimension) and runtime executions.
     pub inference_count: AtomicU64,
     pub execution_count: AtomicU64,
     /// Milliseconds since the epoch of the last inference.
     pub last_inference_ms: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Executions {
+    total: ComputeTimes,
+    /// The same, per executed batch size (rows along dimension 0).
+    by_batch_size: std::collections::BTreeMap<u64, ComputeTimes>,
 }
 
 /// Time spent in the three phases of executions, and how many executions.
@@ -60,24 +67,53 @@ fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
 }
 
+impl ComputeTimes {
+    fn add(&mut self, input: Duration, infer: Duration, output: Duration) {
+        self.count += 1;
+        self.input_ns = self.input_ns.saturating_add(nanos(input));
+        self.infer_ns = self.infer_ns.saturating_add(nanos(infer));
+        self.output_ns = self.output_ns.saturating_add(nanos(output));
+    }
+}
+
 impl ModelStats {
-    /// Records one execution's phases.
-    pub fn record_compute(&self, input: Duration, infer: Duration, output: Duration) {
-        let mut times = self
+    /// Records one execution of `batch_size` rows and its phases.
+    pub fn record_compute(
+        &self,
+        batch_size: u64,
+        input: Duration,
+        infer: Duration,
+        output: Duration,
+    ) {
+        let mut executions = self
             .compute
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        times.count += 1;
-        times.input_ns = times.input_ns.saturating_add(nanos(input));
-        times.infer_ns = times.infer_ns.saturating_add(nanos(infer));
-        times.output_ns = times.output_ns.saturating_add(nanos(output));
+        executions.total.add(input, infer, output);
+        executions
+            .by_batch_size
+            .entry(batch_size)
+            .or_default()
+            .add(input, infer, output);
     }
 
+    /// All executions together.
     pub fn compute(&self) -> ComputeTimes {
-        *self
-            .compute
+        self.compute
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .total
+    }
+
+    /// Executions by batch size, ascending.
+    pub fn batches(&self) -> Vec<(u64, ComputeTimes)> {
+        self.compute
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .by_batch_size
+            .iter()
+            .map(|(size, times)| (*size, *times))
+            .collect()
     }
 
     pub fn record_execution(&self, rows: u64) {

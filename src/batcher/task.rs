@@ -262,14 +262,13 @@ impl Batcher {
         let telemetry = self.telemetry.clone();
         let task = tokio::task::spawn_blocking(move || {
             let outcome = span.in_scope(|| {
-                execute(
-                    backend.as_ref(),
+                let run = Run {
                     signature,
-                    &outputs,
-                    requests,
-                    &rows,
-                    &telemetry,
-                )
+                    outputs: &outputs,
+                    rows: &rows,
+                    inferences,
+                };
+                execute(backend.as_ref(), run, requests, &telemetry)
             });
             if outcome.is_ok() {
                 telemetry.stats.record_execution(inferences);
@@ -310,14 +309,28 @@ impl Batcher {
 /// Runs one batch, timing its three phases as Triton's statistics split them: gathering the
 /// inputs, the runtime, and splitting the outputs (the first and last are empty for a request
 /// that runs alone).
+/// What one batch runs: its signature and outputs, and how its requests split.
+struct Run<'a> {
+    signature: usize,
+    outputs: &'a [String],
+    /// Rows per request as the policy counted them (for splitting outputs).
+    rows: &'a [usize],
+    /// Rows along dimension 0 over all requests (for statistics).
+    inferences: u64,
+}
+
 fn execute(
     backend: &dyn Backend,
-    signature: usize,
-    outputs: &[String],
+    run: Run<'_>,
     mut requests: Vec<Vec<NamedTensor>>,
-    rows: &[usize],
     telemetry: &Telemetry,
 ) -> Outcome {
+    let Run {
+        signature,
+        outputs,
+        rows,
+        inferences,
+    } = run;
     let stats = &telemetry.stats;
     let sig = backend
         .signatures()
@@ -351,7 +364,7 @@ fn execute(
     } else {
         scatter(merged, rows).map_err(Failure::Batch)
     };
-    stats.record_compute(input_time, infer_time, phase.elapsed());
+    stats.record_compute(inferences, input_time, infer_time, phase.elapsed());
     split
 }
 

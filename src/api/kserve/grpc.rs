@@ -231,6 +231,24 @@ pub fn statistics(
                     cache_hit: Some(pb::StatisticDuration::default()),
                     cache_miss: Some(pb::StatisticDuration::default()),
                 }),
+                batch_stats: s
+                    .batches()
+                    .into_iter()
+                    .map(|(batch_size, times)| {
+                        let phase = |ns| {
+                            Some(pb::StatisticDuration {
+                                count: times.count,
+                                ns,
+                            })
+                        };
+                        pb::InferBatchStatistics {
+                            batch_size,
+                            compute_input: phase(times.input_ns),
+                            compute_infer: phase(times.infer_ns),
+                            compute_output: phase(times.output_ns),
+                        }
+                    })
+                    .collect(),
                 ..Default::default()
             });
         }
@@ -392,18 +410,20 @@ impl GrpcInferenceService for KserveGrpc {
 
     async fn repository_model_load(
         &self,
-        _: Request<pb::RepositoryModelLoadRequest>,
+        request: Request<pb::RepositoryModelLoadRequest>,
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
-        Err(Status::unimplemented("explicit model loading is not supported yet; models are loaded from --model-dir at start"))
+        let name = request.into_inner().model_name;
+        self.service.repository().load_model(&name).await?;
+        Ok(Response::new(pb::RepositoryModelLoadResponse {}))
     }
 
     async fn repository_model_unload(
         &self,
-        _: Request<pb::RepositoryModelUnloadRequest>,
+        request: Request<pb::RepositoryModelUnloadRequest>,
     ) -> Result<Response<pb::RepositoryModelUnloadResponse>, Status> {
-        Err(Status::unimplemented(
-            "explicit model unloading is not supported yet",
-        ))
+        let name = request.into_inner().model_name;
+        self.service.repository().unload_model(&name).await?;
+        Ok(Response::new(pb::RepositoryModelUnloadResponse {}))
     }
 
     async fn system_shared_memory_status(

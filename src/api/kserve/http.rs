@@ -70,6 +70,8 @@ pub fn routes(service: Arc<InferService>) -> Router {
             post(infer_version),
         )
         .route("/v2/repository/index", post(index))
+        .route("/v2/repository/models/{name}/load", post(load))
+        .route("/v2/repository/models/{name}/unload", post(unload))
         .route("/v2/systemsharedmemory/status", get(shm_status_all))
         .route(
             "/v2/systemsharedmemory/region/{region}/status",
@@ -197,7 +199,12 @@ fn stats_json(s: &InferService, name: Option<&str>, version: &str) -> Result<Val
                     "cache_hit": duration(&i.cache_hit),
                     "cache_miss": duration(&i.cache_miss),
                 },
-                "batch_stats": [],
+                "batch_stats": m.batch_stats.iter().map(|b| json!({
+                    "batch_size": b.batch_size,
+                    "compute_input": duration(&b.compute_input),
+                    "compute_infer": duration(&b.compute_infer),
+                    "compute_output": duration(&b.compute_output),
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -228,6 +235,23 @@ async fn index(State(s): Shared, body: Bytes) -> Reply {
         .map(|e| json!({ "name": e.name, "version": e.version, "state": e.state, "reason": e.reason }))
         .collect();
     Ok(json_response(&Value::Array(rows)))
+}
+
+/// Loads (or reloads) a model now. A JSON body with `parameters` is accepted; none are used.
+async fn load(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Reply {
+    if !body.is_empty() {
+        parse_object(&body)?;
+    }
+    s.repository().load_model(&name).await?;
+    Ok(ok().await)
+}
+
+async fn unload(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Reply {
+    if !body.is_empty() {
+        parse_object(&body)?;
+    }
+    s.repository().unload_model(&name).await?;
+    Ok(ok().await)
 }
 
 async fn infer_latest(

@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 use super::{selector, signature_defs, tensor_proto, version_statuses};
 use crate::error::Error;
 use crate::infer::{InferService, Prediction};
+use crate::proto::tensorflow::serving::model_server_config;
 use crate::proto::tensorflow::serving::{
     model_service_server::ModelService, model_spec::VersionChoice,
     prediction_service_server::PredictionService, ClassificationRequest, ClassificationResponse,
@@ -16,7 +17,7 @@ use crate::proto::tensorflow::serving::{
     MultiInferenceResponse, PredictRequest, PredictResponse, RegressionRequest, RegressionResponse,
     ReloadConfigRequest, ReloadConfigResponse, SignatureDefMap, StatusProto,
 };
-use crate::repository::{LoadedModel, VersionSelector};
+use crate::repository::{LoadedModel, ServedModel, VersionPolicy, VersionSelector};
 
 /// The metadata field TF Serving clients ask for.
 const SIGNATURE_DEF_FIELD: &str = "signature_def";
@@ -198,12 +199,102 @@ impl ModelService for TfServingGrpc {
         }))
     }
 
+    /// Serves exactly the listed models from now on, with their version policies and labels.
     async fn handle_reload_config_request(
         &self,
-        _request: Request<ReloadConfigRequest>,
+        request: Request<ReloadConfigRequest>,
     ) -> Result<Response<ReloadConfigResponse>, Status> {
-        Err(Status::unimplemented(
-            "reloading the model config is not supported yet; models are loaded from --model-dir at start",
-        ))
+        let config = request
+            .into_inner()
+            .config
+            .and_then(|config| config.config)
+            .ok_or_else(|| Error::invalid("the request has no model_config_list"))?;
+        let model_server_config::Config::ModelConfigList(list) = config else {
+            return Err(Error::invalid(
+                "custom_model_config is not supported; send a model_config_list",
+            )
+            .into());
+        };
+        let repository = self.infer.repository();
+        let models = list
+            .config
+            .into_iter()
+            .map(|model| served_model(model, |name| repository.model_path(name)))
+            .collect::<Result<Vec<_>, _>>()?;
+        repository.serve_only(models).await?;
+        Ok(Response::new(ReloadConfigResponse {
+            status: Some(StatusProto {
+                error_code: crate::proto::tensorflow::error::Code::Ok as i32,
+                error_message: String::new(),
+            }),
+            metric: Vec::new(),
+        }))
     }
+}
+
+/// One entry of a reload-config list in the repository's terms.
+fn served_model(
+    model: crate::proto::tensorflow::serving::ModelConfig,
+    default_path: impl Fn(&str) -> std::path::PathBuf,
+) -> Result<ServedModel, Error> {
+    use crate::proto::tensorflow::serving::file_system_storage_path_source_config::servable_version_policy::PolicyChoice;
+    if model.name.is_empty() {
+        return Err(Error::invalid(
+            "every model in the config list needs a name",
+        ));
+    }
+    if !model.model_platform.is_empty()
+        && model.model_platform != "onnx"
+        && model.model_platform != "tensorflow"
+    {
+        return Err(Error::invalid(format!(
+            "model '{}': model_platform '{}' is not served here",
+            model.name, model.model_platform
+        )));
+    }
+    let policy = match model.model_version_policy.and_then(|p| p.policy_choice) {
+        None => None,
+        Some(PolicyChoice::Latest(latest)) => {
+            Some(VersionPolicy::Latest(latest.num_versions.max(1) as usize))
+        }
+        Some(PolicyChoice::All(_)) => Some(VersionPolicy::All),
+        Some(PolicyChoice::Specific(specific)) => {
+            let versions = specific
+                .versions
+                .iter()
+                .map(|&v| u64::try_from(v).ok().filter(|&v| v > 0))
+                .collect::<Option<Vec<u64>>>()
+                .ok_or_else(|| {
+                    Error::invalid(format!("model '{}': versions must be positive", model.name))
+                })?;
+            Some(VersionPolicy::Specific(versions))
+        }
+    };
+    let labels = if model.version_labels.is_empty() {
+        None
+    } else {
+        let labels = model
+            .version_labels
+            .into_iter()
+            .map(|(label, v)| u64::try_from(v).ok().filter(|&v| v > 0).map(|v| (label, v)))
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "model '{}': labels must name positive versions",
+                    model.name
+                ))
+            })?;
+        Some(labels)
+    };
+    let path = if model.base_path.is_empty() {
+        default_path(&model.name)
+    } else {
+        std::path::PathBuf::from(&model.base_path)
+    };
+    Ok(ServedModel {
+        name: model.name,
+        path,
+        policy,
+        labels,
+    })
 }

@@ -33,7 +33,7 @@ pub fn routes(infer: Arc<InferService>) -> Router {
 enum RestTarget<'p> {
     Status {
         model: &'p str,
-        version: Option<&'p str>,
+        version: VersionRef<'p>,
     },
     Metadata {
         model: &'p str,
@@ -75,17 +75,7 @@ impl<'p> RestTarget<'p> {
                 verb,
             }),
             (["metadata"], None) => Some(Self::Metadata { model, version }),
-            ([], None) => match version {
-                VersionRef::Latest => Some(Self::Status {
-                    model,
-                    version: None,
-                }),
-                VersionRef::Number(v) => Some(Self::Status {
-                    model,
-                    version: Some(v),
-                }),
-                VersionRef::Label(_) => None,
-            },
+            ([], None) => Some(Self::Status { model, version }),
             _ => None,
         }
     }
@@ -154,10 +144,14 @@ async fn dispatch(
     }
 }
 
-fn status(infer: &InferService, model: &str, version: Option<&str>) -> Result<Response, Error> {
-    let version = version.map(parse_version_text).transpose()?;
+fn status(infer: &InferService, model: &str, version: VersionRef<'_>) -> Result<Response, Error> {
     let snapshot = infer.repository().snapshot();
     let record = snapshot.model(model)?;
+    let version = match version_selector(version)? {
+        VersionSelector::Latest => None,
+        VersionSelector::Specific(v) => Some(v),
+        label @ VersionSelector::Label(_) => Some(record.resolve(&label)?.version),
+    };
     let rows: Vec<Value> = version_statuses(record, version)?
         .into_iter()
         .map(|row| {
@@ -486,14 +480,14 @@ mod tests {
             RestTarget::parse("m"),
             Some(Status {
                 model: "m",
-                version: None
+                version: Latest
             })
         );
         assert_eq!(
             RestTarget::parse("m/versions/3"),
             Some(Status {
                 model: "m",
-                version: Some("3")
+                version: Number("3")
             })
         );
         assert_eq!(
