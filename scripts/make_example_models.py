@@ -89,6 +89,35 @@ def ranker(seed: int) -> onnx.ModelProto:
     return make_model(graph, f"feed-ranking MLP 16->32->1, seed {seed}")
 
 
+def wide_ranker(features: int = 256, hidden: int = 1024) -> onnx.ModelProto:
+    """A ranking MLP large enough (about 5 MB of weights) that running it, not moving the
+    request, dominates: the model the batching benchmark uses. Not committed; written on
+    demand with --wide-ranker."""
+    rng = np.random.default_rng(303)
+    w1 = (rng.standard_normal((features, hidden)) / np.sqrt(features)).astype(np.float32)
+    w2 = (rng.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)
+    w3 = (rng.standard_normal((hidden, 1)) / np.sqrt(hidden)).astype(np.float32)
+    zeros = lambda n: np.zeros(n, dtype=np.float32)  # noqa: E731
+    nodes = [
+        helper.make_node("Gemm", ["features", "w1", "b1"], ["h1"], name="dense1"),
+        helper.make_node("Relu", ["h1"], ["a1"], name="relu1"),
+        helper.make_node("Gemm", ["a1", "w2", "b2"], ["h2"], name="dense2"),
+        helper.make_node("Relu", ["h2"], ["a2"], name="relu2"),
+        helper.make_node("Gemm", ["a2", "w3", "b3"], ["logit"], name="dense3"),
+        helper.make_node("Sigmoid", ["logit"], ["score"], name="sigmoid"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ranker_wide",
+        inputs=[helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", features])],
+        outputs=[helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
+        initializer=[numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(zeros(hidden), "b1"),
+                     numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(zeros(hidden), "b2"),
+                     numpy_helper.from_array(w3, "w3"), numpy_helper.from_array(zeros(1), "b3")],
+    )
+    return make_model(graph, f"wide ranking MLP {features}->{hidden}->{hidden}->1")
+
+
 def two_tower() -> onnx.ModelProto:
     rng = np.random.default_rng(2002)
     users = (rng.standard_normal((100, 8)) * 0.5).astype(np.float32)
@@ -252,7 +281,15 @@ def verify_broken(path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--check-only", action="store_true", help="only verify the existing files")
+    ap.add_argument("--wide-ranker", metavar="MODEL_DIR",
+                    help="only write the benchmark's wide ranker as MODEL_DIR/ranker_wide/1/model.onnx")
     args = ap.parse_args()
+    if args.wide_ranker:
+        path = Path(args.wide_ranker) / "ranker_wide" / "1" / "model.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(wide_ranker().SerializeToString(deterministic=True))
+        print(f"wrote {path}")
+        return 0
 
     models = all_models()
     broken = REPO / "tests" / "models" / "broken" / "1" / "model.onnx"

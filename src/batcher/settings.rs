@@ -28,7 +28,8 @@ pub struct BatchSettings {
     /// Most rows (dimension 0 summed over the merged requests) in one run. 0 or 1 turns
     /// batching off: every request then runs alone, in arrival order.
     pub max_batch_size: usize,
-    /// How long the oldest queued request of a batch may wait for others to join it. The
+    /// How long the oldest queued request of a batch may wait for others to join it (kept by
+    /// Tokio's timer, whose tick is 1 ms, so it may wait up to 1 ms longer). The
     /// default of 0 adds no latency: requests still merge when they arrive while the previous
     /// batch runs, which is when merging pays.
     pub max_queue_delay_us: u64,

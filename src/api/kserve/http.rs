@@ -461,7 +461,7 @@ fn decode_input(
     let sources = usize::from(shm.is_some())
         + usize::from(binary_size.is_some())
         + usize::from(data.is_some());
-    if sources != 1 {
+    if sources > 1 {
         return Err(Error::invalid(format!(
             "{what} must carry its data in exactly one way: \"data\", binary_data_size, or shared memory (it uses {sources})"
         )));
@@ -486,7 +486,11 @@ fn decode_input(
         (None, None, Some(data)) => InputData::Inline(
             decode_flat(data, shape.clone(), dtype, limits).map_err(|e| e.in_input(&name))?,
         ),
-        (None, None, None) => unreachable_source(&what)?,
+        (None, None, None) => {
+            return Err(Error::invalid(format!(
+                "{what} carries no data: give \"data\", binary_data_size, or shared memory"
+            )))
+        }
     };
     Ok(InputRequest {
         name,
@@ -494,11 +498,6 @@ fn decode_input(
         shape,
         data,
     })
-}
-
-/// Kept as an error rather than a panic: the source count above rules this case out.
-fn unreachable_source(what: &str) -> Result<InputData, Error> {
-    Err(Error::invalid(format!("{what} carries no data")))
 }
 
 fn decode_output(output: &Value, all_binary: bool) -> Result<OutputRequest, Error> {
