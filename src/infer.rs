@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::backend::{NamedTensor, Signature};
+use crate::backend::{NamedTensor, OutputTarget, Signature};
 use crate::batcher::BatchRequest;
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
@@ -21,6 +21,8 @@ pub struct Prediction {
     pub inputs: Vec<NamedTensor>,
     /// Outputs to return, in this order; empty means all of the signature's outputs.
     pub output_filter: Vec<String>,
+    /// Where to write each output of `output_filter`, if the caller has a place for it.
+    pub output_targets: Vec<OutputTarget>,
 }
 
 /// The outputs of a prediction and the version that produced them.
@@ -93,6 +95,7 @@ impl InferService {
             signature,
             inputs,
             output_filter,
+            output_targets,
         } = request;
         let sig = model
             .backend
@@ -113,6 +116,7 @@ impl InferService {
                 inputs,
                 outputs,
                 deadline: None,
+                targets: output_targets,
             })
             .await;
         match result {
@@ -198,16 +202,8 @@ mod tests {
     fn sig() -> Signature {
         Signature {
             name: "serving_default".into(),
-            inputs: vec![TensorSpec {
-                name: "x".into(),
-                dtype: DataType::F32,
-                shape: vec![-1, 2],
-            }],
-            outputs: vec![TensorSpec {
-                name: "y".into(),
-                dtype: DataType::F32,
-                shape: vec![-1],
-            }],
+            inputs: vec![TensorSpec::new("x", DataType::F32, vec![-1, 2])],
+            outputs: vec![TensorSpec::new("y", DataType::F32, vec![-1])],
         }
     }
 

@@ -50,6 +50,16 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("tensorport");
         let tensor_bytes_copied = Family::<StageLabels, Counter>::default();
+        // Every stage is exported from the start, at 0, so a scrape shows what is not copied.
+        for stage in [
+            CopyStage::InputAlignment,
+            CopyStage::BatchGather,
+            CopyStage::SharedMemoryOutput,
+        ] {
+            drop(tensor_bytes_copied.get_or_create(&StageLabels {
+                stage: stage.label(),
+            }));
+        }
         registry.register(
             "tensor_copied_bytes",
             "Tensor bytes copied on the request path, by stage",

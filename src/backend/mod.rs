@@ -6,16 +6,36 @@
 
 pub mod onnx;
 pub mod onnx_library;
-mod onnx_strings;
+mod onnx_raw;
 mod signature;
 
 pub use signature::{Signature, TensorSpec, DEFAULT_SIGNATURE};
+
+use std::sync::Arc;
+
+use bytes::Bytes;
 
 use crate::error::ErrorKind;
 use crate::tensor::Tensor;
 
 /// A named tensor, as inputs and outputs travel through a backend.
 pub type NamedTensor = (String, Tensor);
+
+/// Memory the caller owns and a backend may write an output into, such as a window of a
+/// client's shared-memory region.
+pub trait OutputMemory: Send + Sync + std::fmt::Debug {
+    /// Start of the writable bytes, valid for [`OutputMemory::len`] bytes while `self` lives.
+    fn as_mut_ptr(&self) -> *mut u8;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The first `len` bytes, as `Bytes` that keep the memory alive.
+    fn view(&self, len: usize) -> Bytes;
+}
+
+/// Where the caller wants one output written, if it has a place for it.
+pub type OutputTarget = Option<Arc<dyn OutputMemory>>;
 
 /// One loaded model version, ready to run.
 pub trait Backend: Send + Sync {
@@ -33,6 +53,20 @@ pub trait Backend: Send + Sync {
         inputs: Vec<NamedTensor>,
         outputs: &[String],
     ) -> Result<Vec<NamedTensor>, BackendError>;
+
+    /// Like [`Backend::run`], but may write output `i` straight into `targets[i]`; such an
+    /// output comes back as a tensor over that memory. A backend that cannot (the default)
+    /// returns its own buffers and the caller copies.
+    fn run_into(
+        &self,
+        signature: &Signature,
+        inputs: Vec<NamedTensor>,
+        outputs: &[String],
+        targets: &[OutputTarget],
+    ) -> Result<Vec<NamedTensor>, BackendError> {
+        let _ = targets;
+        self.run(signature, inputs, outputs)
+    }
 }
 
 /// Failures inside a runtime.

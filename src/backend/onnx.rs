@@ -10,14 +10,17 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use ort::environment::Environment;
-use ort::session::{Session, SessionInputValue};
+use ort::session::{OutputSelector, RunOptions, Session, SessionInputValue};
 use ort::value::{
     DynValue, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, TensorRef,
     ValueType,
 };
 
-use super::onnx_strings;
-use super::{Backend, BackendError, NamedTensor, Signature, TensorSpec, DEFAULT_SIGNATURE};
+use super::onnx_raw;
+use super::{
+    Backend, BackendError, NamedTensor, OutputMemory, OutputTarget, Signature, TensorSpec,
+    DEFAULT_SIGNATURE,
+};
 use crate::tensor::{DataType, DecodeError, Element, Tensor};
 
 /// Thread settings for one session; 0 leaves the choice to ONNX Runtime.
@@ -98,9 +101,22 @@ impl Backend for OnnxModel {
 
     fn run(
         &self,
-        _signature: &Signature,
+        signature: &Signature,
         inputs: Vec<NamedTensor>,
         outputs: &[String],
+    ) -> Result<Vec<NamedTensor>, BackendError> {
+        self.run_into(signature, inputs, outputs, &[])
+    }
+
+    /// Outputs with a target whose shape is known before the run (fixed dimensions, or named
+    /// dimensions shared with an input) are preallocated over the target's memory, so the
+    /// runtime writes them there; the others come back in the runtime's own buffers.
+    fn run_into(
+        &self,
+        signature: &Signature,
+        inputs: Vec<NamedTensor>,
+        outputs: &[String],
+        targets: &[OutputTarget],
     ) -> Result<Vec<NamedTensor>, BackendError> {
         let values = inputs
             .iter()
@@ -110,20 +126,125 @@ impl Backend for OnnxModel {
                     .map_err(|err| BackendError::InvalidInput(err.in_input(name).to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
+
+        let mut selector = OutputSelector::default();
+        let mut placed: Vec<Option<InPlace<'_>>> = vec![None; outputs.len()];
+        for (i, name) in outputs.iter().enumerate() {
+            let (Some(Some(target)), Some(spec)) = (targets.get(i), signature.output(name)) else {
+                continue;
+            };
+            let (Some(size), Some(shape)) =
+                (spec.dtype.size(), known_shape(spec, signature, &inputs))
+            else {
+                continue;
+            };
+            let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+            let tensor =
+                onnx_raw::tensor_over(target.as_ref(), element_type(spec.dtype), size, &dims)
+                    .map_err(BackendError::Runtime)?;
+            if let Some(tensor) = tensor {
+                selector = selector.preallocate(name.clone(), tensor);
+                placed[i] = Some(InPlace {
+                    dtype: spec.dtype,
+                    shape,
+                    target: target.as_ref(),
+                });
+            }
+        }
+        // Run options cost an allocation per run: only made when an output is preallocated.
+        let options = if placed.iter().any(Option::is_some) {
+            let options =
+                RunOptions::new().map_err(|err| BackendError::Runtime(err.to_string()))?;
+            Some(options.with_outputs(selector))
+        } else {
+            None
+        };
+
         let mut session = self
             .session
             .lock()
             .map_err(|_| BackendError::Runtime("the session lock is poisoned".into()))?;
-        let mut results = session.run(values).map_err(run_error)?;
+        let mut results = match &options {
+            Some(options) => session.run_with_options(values, options),
+            None => session.run(values),
+        }
+        .map_err(run_error)?;
         outputs
             .iter()
-            .map(|name| {
+            .zip(placed)
+            .map(|(name, placed)| {
                 let value = results.remove(name).ok_or_else(|| {
                     BackendError::Runtime(format!("the runtime returned no output '{name}'"))
                 })?;
-                Ok((name.clone(), output_tensor(value)?))
+                let tensor = match placed {
+                    // Written in place: the output is a view of the caller's memory.
+                    Some(InPlace {
+                        dtype,
+                        shape,
+                        target,
+                    }) => {
+                        let size = dtype.size().unwrap_or(1) * shape.iter().product::<usize>();
+                        Tensor::dense(dtype, shape, target.view(size))
+                            .map_err(|err| BackendError::Runtime(err.to_string()))?
+                    }
+                    None => output_tensor(value)?,
+                };
+                Ok((name.clone(), tensor))
             })
             .collect()
+    }
+}
+
+/// An output the runtime writes into the caller's memory.
+#[derive(Clone)]
+struct InPlace<'t> {
+    dtype: DataType,
+    shape: Vec<usize>,
+    target: &'t dyn OutputMemory,
+}
+
+/// The shape an output will have, when the model fixes it or names each dynamic dimension
+/// after one of an input's dimensions.
+fn known_shape(
+    spec: &TensorSpec,
+    signature: &Signature,
+    inputs: &[NamedTensor],
+) -> Option<Vec<usize>> {
+    spec.shape
+        .iter()
+        .zip(&spec.symbols)
+        .map(|(&dim, symbol)| {
+            if let Ok(fixed) = usize::try_from(dim) {
+                return Some(fixed);
+            }
+            if symbol.is_empty() {
+                return None;
+            }
+            inputs.iter().find_map(|(name, tensor)| {
+                let input = signature.input(name)?;
+                let axis = input.symbols.iter().position(|s| s == symbol)?;
+                tensor.shape().get(axis).copied()
+            })
+        })
+        .collect()
+}
+
+fn element_type(dtype: DataType) -> TensorElementType {
+    match dtype {
+        DataType::Bool => TensorElementType::Bool,
+        DataType::U8 => TensorElementType::Uint8,
+        DataType::U16 => TensorElementType::Uint16,
+        DataType::U32 => TensorElementType::Uint32,
+        DataType::U64 => TensorElementType::Uint64,
+        DataType::I8 => TensorElementType::Int8,
+        DataType::I16 => TensorElementType::Int16,
+        DataType::I32 => TensorElementType::Int32,
+        DataType::I64 => TensorElementType::Int64,
+        DataType::F16 => TensorElementType::Float16,
+        DataType::BF16 => TensorElementType::Bfloat16,
+        DataType::F32 => TensorElementType::Float32,
+        DataType::F64 => TensorElementType::Float64,
+        DataType::String => TensorElementType::String,
     }
 }
 
@@ -138,7 +259,11 @@ fn specs(outlets: &[ort::value::Outlet]) -> Result<Vec<TensorSpec>, String> {
     outlets
         .iter()
         .map(|outlet| match outlet.dtype() {
-            ValueType::Tensor { ty, shape, .. } => Ok(TensorSpec {
+            ValueType::Tensor {
+                ty,
+                shape,
+                dimension_symbols,
+            } => Ok(TensorSpec {
                 name: outlet.name().to_owned(),
                 dtype: data_type(*ty).ok_or_else(|| {
                     format!("'{}' has unsupported element type {ty}", outlet.name())
@@ -146,6 +271,9 @@ fn specs(outlets: &[ort::value::Outlet]) -> Result<Vec<TensorSpec>, String> {
                 shape: shape
                     .iter()
                     .map(|&dim| if dim < 0 { -1 } else { dim })
+                    .collect(),
+                symbols: (0..shape.len())
+                    .map(|i| dimension_symbols.get(i).cloned().unwrap_or_default())
                     .collect(),
             }),
             other => Err(format!("'{}' is a {other}, not a tensor", outlet.name())),
@@ -196,7 +324,7 @@ fn input_value(tensor: &Tensor) -> Result<SessionInputValue<'_>, DecodeError> {
         DataType::F64 => typed_input::<f64>(tensor, shape),
         DataType::String => {
             let strings = tensor.string_elements().unwrap_or_default();
-            onnx_strings::string_tensor(shape, strings)
+            onnx_raw::string_tensor(shape, strings)
                 .map(SessionInputValue::from)
                 .map_err(DecodeError::Malformed)
         }
@@ -235,8 +363,7 @@ fn output_tensor(value: DynValue) -> Result<Tensor, BackendError> {
     let tensor = if dtype == DataType::String {
         let count = crate::tensor::element_count(&shape)
             .map_err(|err| BackendError::Runtime(err.to_string()))?;
-        let strings =
-            onnx_strings::string_elements(&value, count).map_err(BackendError::Runtime)?;
+        let strings = onnx_raw::string_elements(&value, count).map_err(BackendError::Runtime)?;
         Tensor::strings(shape, strings)
     } else {
         Tensor::dense(

@@ -10,9 +10,23 @@ pub struct TensorSpec {
     pub dtype: DataType,
     /// Dimension sizes, `-1` where the size is dynamic.
     pub shape: Vec<i64>,
+    /// The name of each dynamic dimension where the model gives one (`"batch"`), else empty.
+    /// Two dimensions with the same name have the same size in a run.
+    pub symbols: Vec<String>,
 }
 
 impl TensorSpec {
+    /// A spec without dimension names.
+    pub fn new(name: impl Into<String>, dtype: DataType, shape: Vec<i64>) -> Self {
+        let symbols = vec![String::new(); shape.len()];
+        Self {
+            name: name.into(),
+            dtype,
+            shape,
+            symbols,
+        }
+    }
+
     /// Whether a tensor of `shape` fits this spec (same rank, equal fixed dimensions).
     pub fn accepts_shape(&self, shape: &[usize]) -> bool {
         self.shape.len() == shape.len()
@@ -69,11 +83,7 @@ mod tests {
 
     #[test]
     fn dynamic_dims_accept_any_size() {
-        let spec = TensorSpec {
-            name: "x".into(),
-            dtype: DataType::F32,
-            shape: vec![-1, 16],
-        };
+        let spec = TensorSpec::new("x", DataType::F32, vec![-1, 16]);
         assert!(spec.accepts_shape(&[3, 16]));
         assert!(spec.accepts_shape(&[0, 16]));
         assert!(!spec.accepts_shape(&[3, 15]));

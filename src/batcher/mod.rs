@@ -29,7 +29,7 @@ pub use task::{Batcher, Telemetry};
 
 use tokio::time::Instant;
 
-use crate::backend::NamedTensor;
+use crate::backend::{NamedTensor, OutputTarget};
 use crate::tensor::DecodeError;
 
 /// A request as the batcher takes it: validated against its signature by the caller.
@@ -44,6 +44,9 @@ pub struct BatchRequest {
     /// When the client stops waiting. A request still queued at its deadline is answered
     /// DEADLINE_EXCEEDED instead of being run.
     pub deadline: Option<Instant>,
+    /// Where the caller wants each output written (aligned with `outputs`; may be empty). A
+    /// request with targets always runs alone.
+    pub targets: Vec<OutputTarget>,
 }
 
 /// Failures of merging, splitting or running a batch. All are server-side (INTERNAL): the

@@ -17,7 +17,7 @@ use super::gather::{batch_key, gather, scatter, BatchKey};
 use super::handle::BatcherHandle;
 use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::{BatchError, BatchRequest, BatchSettings};
-use crate::backend::{Backend, BackendError, NamedTensor};
+use crate::backend::{Backend, BackendError, NamedTensor, OutputTarget};
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
 use crate::stats::ModelStats;
@@ -38,6 +38,7 @@ struct Waiting {
     signature: usize,
     inputs: Vec<NamedTensor>,
     outputs: Vec<String>,
+    targets: Vec<OutputTarget>,
     reply: oneshot::Sender<Reply>,
     span: Span,
     enqueued: Instant,
@@ -192,8 +193,11 @@ impl Batcher {
             inputs,
             outputs,
             deadline,
+            targets,
         } = request;
-        let (key, rows) = if self.queue.policy().batching_enabled() {
+        // A request that wants outputs written into its own memory runs alone.
+        let mergeable = targets.iter().all(Option::is_none);
+        let (key, rows) = if mergeable && self.queue.policy().batching_enabled() {
             match batch_key(signature, &inputs, &outputs) {
                 Some((key, rows)) => (Some(key), rows),
                 None => (None, 0),
@@ -210,6 +214,7 @@ impl Batcher {
                 signature,
                 inputs,
                 outputs,
+                targets,
                 reply,
                 span,
                 enqueued,
@@ -234,7 +239,7 @@ impl Batcher {
                 .span
                 .in_scope(|| tracing::debug!(queued_us, batch = size, "batched"));
             // Entries of one batch share a key, hence a signature and an output list.
-            call.get_or_insert((waiting.signature, waiting.outputs));
+            call.get_or_insert((waiting.signature, waiting.outputs, waiting.targets));
             requests.push(waiting.inputs);
             rows.push(queued.rows);
             waiters.push(Waiter {
@@ -242,7 +247,7 @@ impl Batcher {
                 span: waiting.span,
             });
         }
-        let (signature, outputs) = call.unwrap_or_default();
+        let (signature, outputs, targets) = call.unwrap_or_default();
         let span = tracing::debug_span!("batch", model = %self.model, requests = size);
         for waiter in &waiters {
             span.follows_from(&waiter.span);
@@ -265,6 +270,7 @@ impl Batcher {
                 let run = Run {
                     signature,
                     outputs: &outputs,
+                    targets: &targets,
                     rows: &rows,
                     inferences,
                 };
@@ -313,6 +319,8 @@ impl Batcher {
 struct Run<'a> {
     signature: usize,
     outputs: &'a [String],
+    /// Set only for a request that runs alone.
+    targets: &'a [OutputTarget],
     /// Rows per request as the policy counted them (for splitting outputs).
     rows: &'a [usize],
     /// Rows along dimension 0 over all requests (for statistics).
@@ -328,6 +336,7 @@ fn execute(
     let Run {
         signature,
         outputs,
+        targets,
         rows,
         inferences,
     } = run;
@@ -354,7 +363,7 @@ fn execute(
 
     let phase = std::time::Instant::now();
     let merged = backend
-        .run(sig, inputs, outputs)
+        .run_into(sig, inputs, outputs, targets)
         .map_err(Failure::Backend)?;
     let infer_time = phase.elapsed();
 

@@ -35,11 +35,7 @@ struct Mock {
 
 impl Mock {
     fn new(behaviour: Behaviour) -> Self {
-        let spec = |name: &str, shape: Vec<i64>| TensorSpec {
-            name: name.into(),
-            dtype: DataType::F32,
-            shape,
-        };
+        let spec = |name: &str, shape: Vec<i64>| TensorSpec::new(name, DataType::F32, shape);
         Self {
             signatures: vec![Signature {
                 name: "serving_default".into(),
@@ -145,6 +141,7 @@ fn spawn(mock: &Arc<Mock>, settings: &BatchSettings) -> BatcherHandle {
 fn request(value: f32, rows: usize, width: usize) -> BatchRequest {
     let x = Tensor::from_vec(vec![rows, width], vec![value; rows * width]).unwrap();
     BatchRequest {
+        targets: Vec::new(),
         signature: 0,
         inputs: vec![("x".into(), x)],
         outputs: vec!["y".into()],

@@ -4,7 +4,7 @@
 mod region;
 mod registry;
 
-pub use region::{check_key, Region};
+pub use region::{check_key, Region, RegionWindow};
 pub use registry::{Peer, RegionStatus, ShmPolicy, ShmRegistry};
 
 /// Why a shared-memory operation was refused.

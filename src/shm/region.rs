@@ -11,6 +11,7 @@ use rustix::fs::Mode;
 use rustix::shm::OFlags;
 
 use super::ShmError;
+use crate::backend::OutputMemory;
 
 /// The longest object name Linux accepts after the leading `/`.
 const MAX_KEY_LEN: usize = 255;
@@ -138,6 +139,27 @@ impl Region {
         }))
     }
 
+    /// A writable window of `len` bytes at `offset`, for the runtime to write an output into.
+    /// It keeps the region mapped while it lives.
+    pub fn window(self: &Arc<Self>, offset: u64, len: u64) -> Result<RegionWindow, ShmError> {
+        let (start, len) = self.check_window(offset, len)?;
+        Ok(RegionWindow {
+            region: self.clone(),
+            start,
+            len,
+        })
+    }
+
+    /// Whether `bytes` are exactly the `len` bytes at `offset` of this region (an output the
+    /// runtime already wrote in place).
+    pub fn holds(&self, offset: u64, bytes: &[u8]) -> bool {
+        usize::try_from(offset).is_ok_and(|offset| {
+            offset <= self.byte_size
+                && self.map.as_ptr().wrapping_add(offset) == bytes.as_ptr()
+                && bytes.len() <= self.byte_size - offset
+        })
+    }
+
     /// Copies `data` into the region at `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), ShmError> {
         let (start, len) = self.check_window(offset, data.len() as u64)?;
@@ -158,6 +180,33 @@ fn object_size(file: &File, key: &str) -> Result<u64, ShmError> {
             key: key.to_owned(),
             source,
         })
+}
+
+/// A writable window of a mapped region, bounds-checked when made.
+#[derive(Debug)]
+pub struct RegionWindow {
+    region: Arc<Region>,
+    start: usize,
+    len: usize,
+}
+
+impl OutputMemory for RegionWindow {
+    fn as_mut_ptr(&self) -> *mut u8 {
+        // In bounds: `start + len <= byte_size` was checked when the window was made.
+        self.region.map.as_mut_ptr().wrapping_add(self.start)
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn view(&self, len: usize) -> Bytes {
+        Bytes::from_owner(Window {
+            region: self.region.clone(),
+            start: self.start,
+            len: len.min(self.len),
+        })
+    }
 }
 
 /// Bytes inside a mapped region; owning it keeps the mapping alive.

@@ -17,7 +17,7 @@ pub use model_info::{
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::DEFAULT_SIGNATURE;
+use crate::backend::{OutputTarget, DEFAULT_SIGNATURE};
 use crate::error::Error;
 use crate::infer::{InferService, Prediction};
 use crate::metrics::CopyStage;
@@ -195,12 +195,22 @@ pub async fn infer(service: &InferService, request: InferRequest) -> Result<Infe
         })
         .collect::<Result<Vec<_>, _>>()?;
     let output_filter = request.outputs.iter().map(|o| o.name.clone()).collect();
+    // Outputs bound for shared memory are offered to the runtime to write in place.
+    let output_targets = request
+        .outputs
+        .iter()
+        .map(|output| match &output.shm {
+            Some(target) => output_window(service, &output.name, target),
+            None => Ok(None),
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
     let result = service
         .predict(Prediction {
             model,
             signature,
             inputs,
             output_filter,
+            output_targets,
         })
         .await?;
     let mut outputs = Vec::with_capacity(result.outputs.len());
@@ -279,7 +289,21 @@ fn request_region(service: &InferService, name: &str) -> Result<Arc<Region>, Err
     })
 }
 
-/// Copies an output into the region the client named for it.
+/// The writable window a shared-memory output names, checked against the region now.
+fn output_window(
+    service: &InferService,
+    name: &str,
+    target: &ShmRef,
+) -> Result<OutputTarget, Error> {
+    let region = request_region(service, &target.region)?;
+    let window = region
+        .window(target.offset, target.byte_size)
+        .map_err(|err| Error::invalid(format!("output '{name}': {err}")))?;
+    Ok(Some(Arc::new(window)))
+}
+
+/// Puts an output into the region the client named for it: nothing to do when the runtime
+/// already wrote it there, one copy otherwise.
 fn write_output(
     service: &InferService,
     name: &str,
@@ -294,6 +318,12 @@ fn write_output(
         )));
     }
     let region = request_region(service, &target.region)?;
+    if tensor
+        .bytes()
+        .is_some_and(|bytes| region.holds(target.offset, bytes))
+    {
+        return Ok(());
+    }
     let raw = codec::to_raw(tensor);
     region.write(target.offset, &raw)?;
     service

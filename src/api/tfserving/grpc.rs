@@ -106,6 +106,7 @@ impl PredictionService for TfServingGrpc {
                 signature,
                 inputs,
                 output_filter: request.output_filter,
+                output_targets: Vec::new(),
             })
             .await?;
         let outputs = result

@@ -282,6 +282,7 @@ async fn predict(
             signature,
             inputs,
             output_filter: Vec::new(),
+            output_targets: Vec::new(),
         })
         .await?;
     let body = if row_format {

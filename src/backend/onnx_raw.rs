@@ -1,16 +1,23 @@
-//! String tensors as arbitrary bytes.
-//!
-//! TF Serving and KServe strings are byte strings (serialised protos, images, any encoding),
-//! while `ort`'s safe API passes strings as NUL-terminated C strings in and as UTF-8 `String`s
-//! out. ONNX Runtime's C API itself is length-based, so this module calls it directly. It is the
+//! The two things `ort`'s safe API cannot do, done through ONNX Runtime's C API. This is the
 //! only `unsafe` in the backend.
+//!
+//! - String tensors as arbitrary bytes: TF Serving and KServe strings are byte strings
+//!   (serialised protos, images, any encoding), while `ort` passes strings as NUL-terminated C
+//!   strings in and UTF-8 `String`s out. The C API is length-based.
+//! - Tensors over caller memory that the runtime writes outputs into (a client's
+//!   shared-memory region): `ort` only lets a run write into tensors it allocated.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
 
+use std::ptr::NonNull;
+
 use bytes::Bytes;
-use ort::value::{DynValue, Tensor as OrtTensor};
+use ort::memory::{Allocator, MemoryInfo};
+use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, Value};
 use ort::AsPointer;
+
+use super::OutputMemory;
 
 /// A string tensor holding exactly `strings`, NUL bytes and non-UTF-8 bytes included.
 pub fn string_tensor(shape: Vec<i64>, strings: &[Bytes]) -> Result<DynValue, String> {
@@ -73,6 +80,51 @@ pub fn string_elements(value: &DynValue, count: usize) -> Result<Vec<Bytes>, Str
         elements.push(content.slice(start..end));
     }
     Ok(elements)
+}
+
+/// An ONNX Runtime tensor of `shape` over `memory`, for the runtime to write an output into.
+/// `None` when the memory is too small or not aligned for the element type.
+pub fn tensor_over(
+    memory: &dyn OutputMemory,
+    element: TensorElementType,
+    element_size: usize,
+    shape: &[i64],
+) -> Result<Option<DynValue>, String> {
+    let count = shape.iter().try_fold(1usize, |acc, &dim| {
+        usize::try_from(dim).ok().and_then(|d| acc.checked_mul(d))
+    });
+    let Some(bytes) = count.and_then(|count| count.checked_mul(element_size)) else {
+        return Ok(None);
+    };
+    let data = memory.as_mut_ptr();
+    if bytes > memory.len() || !(data as usize).is_multiple_of(element_size) {
+        return Ok(None);
+    }
+    let info = MemoryInfo::default();
+    let mut value: *mut ort::sys::OrtValue = std::ptr::null_mut();
+    let api = ort::api();
+    // SAFETY: `data` is valid for `memory.len() >= bytes` writable bytes, aligned for the
+    // element type (checked above), and `memory` outlives the value: the caller holds it until
+    // the run that writes the output has finished and the value is dropped. The tensor does
+    // not own the data, so releasing it does not free the memory.
+    check(unsafe {
+        (api.CreateTensorWithDataAsOrtValue)(
+            info.ptr(),
+            data.cast(),
+            bytes,
+            shape.as_ptr(),
+            shape.len(),
+            element.into(),
+            &mut value,
+        )
+    })?;
+    let value = NonNull::new(value).ok_or("ONNX Runtime returned no tensor")?;
+    // `ort` wants an allocator beside every tensor value; the default CPU one frees nothing
+    // here, since the tensor does not own its data.
+    let allocator = Allocator::default();
+    // SAFETY: `value` is a tensor ONNX Runtime just created for us, owned by nothing else; the
+    // returned `Value` releases it once.
+    Ok(Some(unsafe { Value::from_ptr(value, Some(&allocator)) }))
 }
 
 /// Turns an ONNX Runtime status into a result, releasing the status.
