@@ -15,19 +15,22 @@ REST_PORT ?= 8501
 serve: venv release
 	target/release/tensorport serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
 
-## test: unit and integration tests (Rust), then the end-to-end suite against the real binary
+## test: unit and integration tests (Rust), then the end-to-end suites against the real binary
+## (the server's, including the OpenAPI checks and schemathesis, then the Python client's)
 test: venv perf-analyzer
 	cargo build --bins
 	cargo test
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
+	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
 
 ## venv: Python environment with ONNX Runtime (the server loads its library) and the test clients
 venv: $(VENV_STAMP)
 
-$(VENV_STAMP): requirements-dev.txt scripts/install-tfs-client.sh
+$(VENV_STAMP): requirements-dev.txt scripts/install-tfs-client.sh clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q -e clients/python
 	scripts/install-tfs-client.sh $(VENV)
 	touch $@
 
