@@ -20,6 +20,7 @@ serve: venv release
 test: venv perf-analyzer
 	cargo build --bins
 	cargo test
+	cargo test -p tensorport-client
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
 	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
 
@@ -54,7 +55,7 @@ release:
 ## lint: formatting and clippy, as CI runs them
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
 fmt:
 	cargo fmt --all
