@@ -95,3 +95,17 @@ def test_a_wrong_shape_raises_invalid_argument(client):
 def test_inputs_must_be_a_mapping(client):
     with pytest.raises(TypeError):
         client.infer("ranker", np.zeros((1, 16), np.float32))
+
+
+def test_the_example_runs(server):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "ranker.py"
+    env = dict(os.environ, TENSORPORT_REST=server.rest_url, TENSORPORT_GRPC=server.grpc_target)
+    run = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, timeout=120, env=env,
+                         check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "shared memory" in run.stdout
