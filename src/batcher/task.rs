@@ -337,12 +337,22 @@ fn execute(
             .record_copy(CopyStage::BatchGather, gathered);
         inputs
     };
-    stats.compute_input.record(phase.elapsed());
+    let input_time = phase.elapsed();
 
     let phase = std::time::Instant::now();
     let result = backend.run(sig, inputs, outputs);
-    stats.compute_infer.record(phase.elapsed());
-    let merged = result.map_err(Failure::Backend)?;
+    let infer_time = phase.elapsed();
+    // The phases are recorded together at the end, not as each ends: a statistics read during
+    // the run would otherwise see compute_input counted and compute_infer not, and clients
+    // such as perf_analyzer refuse counts that differ.
+    let merged = match result {
+        Ok(merged) => merged,
+        Err(err) => {
+            stats.compute_input.record(input_time);
+            stats.compute_infer.record(infer_time);
+            return Err(Failure::Backend(err));
+        }
+    };
 
     let phase = std::time::Instant::now();
     let split = if rows.len() == 1 {
@@ -350,6 +360,8 @@ fn execute(
     } else {
         scatter(merged, rows).map_err(Failure::Batch)
     };
+    stats.compute_input.record(input_time);
+    stats.compute_infer.record(infer_time);
     stats.compute_output.record(phase.elapsed());
     split
 }
