@@ -9,27 +9,49 @@ MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
 
-.PHONY: serve test venv build release lint fmt models perf-analyzer bench clean
+K8S_VERSION ?= 1.30.0
+K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/hpa.yaml \
+	deploy/k8s/pdb.yaml deploy/k8s/pvc.yaml
+
+.PHONY: serve test venv build release lint fmt models perf-analyzer bench clean tools deploy-check
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
 	target/release/tensorport serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
 
-## test: unit and integration tests (Rust), then the end-to-end suite against the real binary
-test: venv perf-analyzer
+## test: unit and integration tests (Rust), then the end-to-end suites against the real binary
+## (the server's, including the OpenAPI checks and schemathesis, then the Python client's)
+test: venv perf-analyzer deploy-check
 	cargo build --bins
 	cargo test
+	cargo test -p tensorport-client
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
+	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
 
 ## venv: Python environment with ONNX Runtime (the server loads its library) and the test clients
 venv: $(VENV_STAMP)
 
-$(VENV_STAMP): requirements-dev.txt scripts/install-tfs-client.sh
+$(VENV_STAMP): requirements-dev.txt scripts/install-tfs-client.sh clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q -e clients/python
 	scripts/install-tfs-client.sh $(VENV)
 	touch $@
+
+## tools: promtool (Debian's prometheus package) for the deployment checks; a no-op once present
+tools:
+	@command -v promtool >/dev/null 2>&1 || { \
+		apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+
+## deploy-check: what can be checked of deploy/ and docker-compose.yml without Docker or a cluster
+deploy-check: venv tools
+	$(VENV)/bin/yamllint -s openapi deploy docker-compose.yml .yamllint.yaml
+	$(VENV)/bin/openapi-spec-validator openapi/tensorport.yaml
+	$(VENV)/bin/kubernetes-validate --quiet -k $(K8S_VERSION) --strict $(K8S_RESOURCES)
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
+	promtool check config deploy/prometheus/prometheus.yml
 
 ## perf-analyzer: Triton's load generator, a real TF Serving / KServe client used by the tests
 perf-analyzer: $(PERF_ANALYZER)
@@ -51,7 +73,7 @@ release:
 ## lint: formatting and clippy, as CI runs them
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
 fmt:
 	cargo fmt --all

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::api::rest_util::RestError;
+use crate::api::route_table::Routes;
 use crate::api::{kserve, tfserving};
 use crate::infer::InferService;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
@@ -44,17 +45,32 @@ pub enum ServerError {
     Http(#[from] std::io::Error),
 }
 
-/// The HTTP application: TF Serving REST routes and a JSON 404 for everything else.
-pub fn rest_app(infer: Arc<InferService>, options: ServerOptions) -> Router {
-    tfserving::rest::routes(infer.clone())
-        .merge(kserve::http::routes(infer.clone()))
-        .merge(
-            Router::new()
-                .route("/metrics", get(metrics))
-                .with_state(infer),
-        )
+/// Every route of the HTTP port. Add routes here (or in the protocol modules) through
+/// [`Routes`], so that [`rest_route_paths`] lists them.
+fn rest_routes() -> Routes<Arc<InferService>> {
+    tfserving::rest::routes()
+        .merge(kserve::http::routes())
+        .merge(Routes::new().route("/metrics", get(metrics)))
+}
+
+/// The path templates the HTTP port serves, for the test that holds the OpenAPI document
+/// (`openapi/tensorport.yaml`) to them. Nothing on the request path uses it.
+pub fn rest_route_paths() -> Vec<&'static str> {
+    rest_routes().paths().to_vec()
+}
+
+/// The HTTP application without its state: the routes and a JSON 404 for everything else.
+fn rest_router(options: ServerOptions) -> Router<Arc<InferService>> {
+    rest_routes()
+        .into_router()
         .fallback(|uri: axum::http::Uri| async move { RestError::not_found_path(uri.path()) })
         .layer(DefaultBodyLimit::max(options.max_request_bytes))
+}
+
+/// The HTTP application: TF Serving REST, KServe v2 HTTP, metrics, and a JSON 404 for
+/// everything else.
+pub fn rest_app(infer: Arc<InferService>, options: ServerOptions) -> Router {
+    rest_router(options).with_state(infer)
 }
 
 async fn metrics(State(infer): State<Arc<InferService>>) -> Response {
@@ -114,4 +130,46 @@ pub async fn run(
     grpc?;
     rest?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The paths axum itself holds, read from its `Debug` output (axum has no listing API).
+    /// Only a cross-check: it catches a route added to the router behind `Routes`' back.
+    fn axum_paths(router: &Router<Arc<InferService>>) -> Vec<String> {
+        let debug = format!("{router:?}");
+        debug
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .filter(|s| s.starts_with('/'))
+            // The fallback is registered as "/" and a private catch-all; it is no route.
+            .filter(|s| *s != "/" && !s.contains("__private__axum"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn the_route_listing_is_what_the_router_serves() {
+        let options = ServerOptions {
+            max_request_bytes: 1 << 20,
+        };
+        let mut from_axum = axum_paths(&rest_router(options));
+        from_axum.sort();
+        from_axum.dedup();
+        assert!(
+            from_axum.len() > 10,
+            "axum's Debug output no longer shows paths; update this test: {from_axum:?}"
+        );
+        let mut listed: Vec<String> = rest_route_paths()
+            .into_iter()
+            .filter(|p| !p.starts_with("/v1/"))
+            .map(str::to_owned)
+            .chain(["/v1/models/{*rest}".to_owned()])
+            .collect();
+        listed.sort();
+        assert_eq!(from_axum, listed);
+    }
 }

@@ -5,4 +5,5 @@ pub mod json_body;
 pub mod json_tensor;
 pub mod kserve;
 pub mod rest_util;
+pub mod route_table;
 pub mod tfserving;

@@ -12,6 +12,8 @@ use crate::error::Error;
 pub struct RestError {
     status: StatusCode,
     message: String,
+    /// The `Allow` header a 405 must carry (RFC 9110).
+    allow: Option<&'static str>,
 }
 
 impl RestError {
@@ -19,13 +21,16 @@ impl RestError {
         Self {
             status: StatusCode::NOT_FOUND,
             message: format!("no such endpoint: {path}"),
+            allow: None,
         }
     }
 
-    pub fn method_not_allowed(method: &Method, path: &str) -> Self {
+    /// A 405 for `method` on `path`, which answers only `allow` (e.g. "GET").
+    pub fn method_not_allowed(method: &Method, path: &str, allow: &'static str) -> Self {
         Self {
             status: StatusCode::METHOD_NOT_ALLOWED,
             message: format!("{method} is not allowed on {path}"),
+            allow: Some(allow),
         }
     }
 }
@@ -37,6 +42,7 @@ impl From<Error> for RestError {
         Self {
             status,
             message: err.to_string(),
+            allow: None,
         }
     }
 }
@@ -45,6 +51,11 @@ impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let mut response = json_response(&serde_json::json!({ "error": self.message }));
         *response.status_mut() = self.status;
+        if let Some(allow) = self.allow {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
         response
     }
 }

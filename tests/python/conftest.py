@@ -1,6 +1,7 @@
 """Starts one real tensorport server for the whole test session.
 
-The server binary comes from $TENSORPORT_BIN (default: <repo>/target/debug/tensorport).
+How the binary is found and started is in tensorport_server.py; the binary comes from
+$TENSORPORT_BIN (default: <repo>/target/debug/tensorport).
 It is started as
 
     tensorport serve --model-dir DIR --host 127.0.0.1 --grpc-port 0 --rest-port 0
@@ -12,12 +13,6 @@ tests/models, and the ports are read back from the line
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -25,101 +20,29 @@ import pytest
 import requests
 from tensorflow_serving.apis import model_service_pb2_grpc, prediction_service_pb2_grpc
 
-from tfs import EXAMPLE_MODELS, REPO, TEST_MODELS
-
-STARTUP_TIMEOUT_S = 60
-SHUTDOWN_TIMEOUT_S = 10
-LISTENING_RE = re.compile(r"listening grpc=(\S+) rest=(\S+)")
-ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes a logger may add
+from tensorport_server import Server, ServerStartError, link_models, read_log, start_server
 
 _server_log: Path | None = None
-
-
-@dataclass
-class Server:
-    process: subprocess.Popen
-    rest_url: str
-    grpc_target: str
-    log_path: Path
-    model_dir: Path
-
-    def log(self) -> str:
-        return _read(self.log_path)
-
-
-def _read(path: Path) -> str:
-    try:
-        return ANSI_RE.sub("", path.read_text(errors="replace"))
-    except FileNotFoundError:
-        return "<no log>"
 
 
 def _tail(text: str, lines: int = 80) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _server_binary() -> Path:
-    # A relative TENSORPORT_BIN (as `make test` passes) is relative to the current directory.
-    return Path(os.environ.get("TENSORPORT_BIN", REPO / "target" / "debug" / "tensorport")).absolute()
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-
-
 @pytest.fixture(scope="session")
 def server(tmp_path_factory) -> Server:
     global _server_log
-    binary = _server_binary()
-    if not binary.exists():
-        pytest.fail(f"server binary {binary} not found: build it (cargo build) or set TENSORPORT_BIN",
-                    pytrace=False)
-
-    model_dir = tmp_path_factory.mktemp("models")
-    for base in (EXAMPLE_MODELS, TEST_MODELS):
-        for entry in sorted(base.iterdir()):
-            if entry.is_dir():
-                (model_dir / entry.name).symlink_to(entry.resolve(), target_is_directory=True)
-
+    model_dir = link_models(tmp_path_factory.mktemp("models"))
     log_path = tmp_path_factory.mktemp("server") / "tensorport.log"
     _server_log = log_path
-    cmd = [str(binary), "serve", "--model-dir", str(model_dir), "--host", "127.0.0.1",
-           "--grpc-port", "0", "--rest-port", "0"]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                env=dict(os.environ), cwd=REPO)
-
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    match = None
-    while time.monotonic() < deadline:
-        match = LISTENING_RE.search(_read(log_path))
-        if match or proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    if not match:
-        # One last look: the process may have written the line just before exiting.
-        match = LISTENING_RE.search(_read(log_path))
-    if not match:
-        _stop(proc)
-        why = (f"exited with code {proc.returncode}" if proc.returncode is not None
-               else f"did not print the listening line within {STARTUP_TIMEOUT_S}s")
-        pytest.fail(f"tensorport {why}\ncommand: {' '.join(cmd)}\n--- server log ---\n{_read(log_path)}",
-                    pytrace=False)
-
-    grpc_addr, rest_addr = match.group(1), match.group(2)
-    srv = Server(process=proc, rest_url=f"http://{rest_addr}", grpc_target=grpc_addr,
-                 log_path=log_path, model_dir=model_dir)
+    try:
+        srv = start_server(model_dir, log_path)
+    except ServerStartError as err:
+        pytest.fail(str(err), pytrace=False)
     try:
         yield srv
     finally:
-        _stop(proc)
+        srv.stop()
 
 
 @pytest.fixture(scope="session")
@@ -186,4 +109,4 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.failed and _server_log is not None and _server_log.exists():
-        report.sections.append(("tensorport server log (tail)", _tail(_read(_server_log))))
+        report.sections.append(("tensorport server log (tail)", _tail(read_log(_server_log))))

@@ -9,7 +9,6 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use serde_json::{json, Map, Value};
 
 use super::{
@@ -20,6 +19,7 @@ use super::{
 use crate::api::json_body;
 use crate::api::json_tensor::{decode_flat, write_flat, write_json_str};
 use crate::api::rest_util::{json_response, raw_json_response, RestError};
+use crate::api::route_table::Routes;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::shm::{Peer, ShmError};
@@ -31,9 +31,9 @@ const HEADER_LENGTH: &str = "inference-header-content-length";
 type Shared = State<Arc<InferService>>;
 type Reply = Result<Response, RestError>;
 
-/// The `/v2` routes.
-pub fn routes(service: Arc<InferService>) -> Router {
-    Router::new()
+/// The `/v2` routes, waiting for their state.
+pub fn routes() -> Routes<Arc<InferService>> {
+    Routes::new()
         .route("/v2", get(server_metadata))
         .route(
             "/v2/health/live",
@@ -103,7 +103,6 @@ pub fn routes(service: Arc<InferService>) -> Router {
         )
         .route("/v2/cudasharedmemory/region/{region}/unregister", post(ok))
         .route("/v2/cudasharedmemory/unregister", post(ok))
-        .with_state(service)
 }
 
 async fn ok() -> Response {
@@ -228,7 +227,11 @@ async fn index(State(s): Shared, body: Bytes) -> Reply {
         false
     } else {
         let request = parse_object(&body)?;
-        matches!(request.get("ready"), Some(Value::Bool(true)))
+        match request.get("ready") {
+            None => false,
+            Some(Value::Bool(ready)) => *ready,
+            Some(_) => return Err(Error::invalid("\"ready\" must be a boolean").into()),
+        }
     };
     let rows: Vec<Value> = repository_index(&s, ready_only)
         .into_iter()

@@ -10,22 +10,42 @@ use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use axum::Router;
 use serde_json::{json, Map, Value};
 
 use super::{selector, signature_defs, state_name, version_statuses, PREDICT_METHOD};
 use crate::api::json_tensor::{decode_rows, decode_value, write_json_str, write_tensor};
 use crate::api::rest_util::{json_response, RestError};
+use crate::api::route_table::Routes;
 use crate::backend::{NamedTensor, Signature};
 use crate::error::Error;
 use crate::infer::{InferService, Prediction, PredictionResult};
 use crate::repository::VersionSelector;
 
-/// The `/v1` routes.
-pub fn routes(infer: Arc<InferService>) -> Router {
-    Router::new()
-        .route("/v1/models/{*rest}", any(dispatch))
-        .with_state(infer)
+/// The path templates [`dispatch`] answers, spelled as the OpenAPI document spells them.
+pub const SERVED_PATHS: &[&str] = &[
+    "/v1/models/{name}",
+    "/v1/models/{name}/versions/{version}",
+    "/v1/models/{name}/labels/{label}",
+    "/v1/models/{name}/metadata",
+    "/v1/models/{name}/versions/{version}/metadata",
+    "/v1/models/{name}/labels/{label}/metadata",
+    "/v1/models/{name}:predict",
+    "/v1/models/{name}/versions/{version}:predict",
+    "/v1/models/{name}/labels/{label}:predict",
+    "/v1/models/{name}:classify",
+    "/v1/models/{name}/versions/{version}:classify",
+    "/v1/models/{name}/labels/{label}:classify",
+    "/v1/models/{name}:regress",
+    "/v1/models/{name}/versions/{version}:regress",
+    "/v1/models/{name}/labels/{label}:regress",
+];
+
+/// The verbs of TF Serving's REST API (`/v1/models/{name}:verb`).
+const VERBS: [&str; 3] = ["predict", "classify", "regress"];
+
+/// The `/v1` routes, waiting for their state.
+pub fn routes() -> Routes<Arc<InferService>> {
+    Routes::new().dispatch("/v1/models/{*rest}", any(dispatch), SERVED_PATHS)
 }
 
 /// What a `/v1/models/...` path names.
@@ -55,9 +75,10 @@ enum VersionRef<'p> {
 
 impl<'p> RestTarget<'p> {
     fn parse(path: &'p str) -> Option<Self> {
+        // A verb ends the path; a ':' followed by more segments belongs to a name.
         let (resource, verb) = match path.rsplit_once(':') {
-            Some((resource, verb)) => (resource, Some(verb)),
-            None => (path, None),
+            Some((resource, verb)) if !verb.contains('/') => (resource, Some(verb)),
+            _ => (path, None),
         };
         let segments: Vec<&str> = resource.split('/').collect();
         let (model, version, rest) = match segments.as_slice() {
@@ -78,6 +99,40 @@ impl<'p> RestTarget<'p> {
             ([], None) => Some(Self::Status { model, version }),
             _ => None,
         }
+    }
+}
+
+// Only the tests need the mapping: dispatch matches on the target itself.
+#[cfg(test)]
+impl RestTarget<'_> {
+    /// The entry of [`SERVED_PATHS`] this target answers on; `None` for a verb TF Serving does
+    /// not define, which is refused as a bad request rather than served.
+    fn template(&self) -> Option<&'static str> {
+        use VersionRef::{Label, Latest, Number};
+        Some(match self {
+            Self::Status { version, .. } => match version {
+                Latest => "/v1/models/{name}",
+                Number(_) => "/v1/models/{name}/versions/{version}",
+                Label(_) => "/v1/models/{name}/labels/{label}",
+            },
+            Self::Metadata { version, .. } => match version {
+                Latest => "/v1/models/{name}/metadata",
+                Number(_) => "/v1/models/{name}/versions/{version}/metadata",
+                Label(_) => "/v1/models/{name}/labels/{label}/metadata",
+            },
+            Self::Verb { version, verb, .. } => match (version, *verb) {
+                (Latest, "predict") => "/v1/models/{name}:predict",
+                (Number(_), "predict") => "/v1/models/{name}/versions/{version}:predict",
+                (Label(_), "predict") => "/v1/models/{name}/labels/{label}:predict",
+                (Latest, "classify") => "/v1/models/{name}:classify",
+                (Number(_), "classify") => "/v1/models/{name}/versions/{version}:classify",
+                (Label(_), "classify") => "/v1/models/{name}/labels/{label}:classify",
+                (Latest, "regress") => "/v1/models/{name}:regress",
+                (Number(_), "regress") => "/v1/models/{name}/versions/{version}:regress",
+                (Label(_), "regress") => "/v1/models/{name}/labels/{label}:regress",
+                _ => return None,
+            },
+        })
     }
 }
 
@@ -130,9 +185,17 @@ async fn dispatch(
         (Some(RestTarget::Verb { verb, .. }), &Method::POST) => Err(Error::invalid(format!(
             "unknown verb ':{verb}'; the REST API supports :predict"
         ))),
-        (Some(_), _) => {
-            return RestError::method_not_allowed(&method, &format!("/v1/models/{rest}"))
-                .into_response()
+        // Only the verbs TF Serving defines name a resource; another is no endpoint at all.
+        (Some(RestTarget::Verb { verb, .. }), _) if !VERBS.contains(&verb) => {
+            return RestError::not_found_path(&format!("/v1/models/{rest}")).into_response()
+        }
+        (Some(target), _) => {
+            let allow = match target {
+                RestTarget::Verb { .. } => "POST",
+                RestTarget::Status { .. } | RestTarget::Metadata { .. } => "GET",
+            };
+            return RestError::method_not_allowed(&method, &format!("/v1/models/{rest}"), allow)
+                .into_response();
         }
         (None, _) => {
             return RestError::not_found_path(&format!("/v1/models/{rest}")).into_response()
@@ -531,5 +594,71 @@ mod tests {
         );
         assert_eq!(RestTarget::parse(""), None);
         assert_eq!(RestTarget::parse("m/other"), None);
+        assert_eq!(
+            RestTarget::parse("a:b/metadata"),
+            Some(Metadata {
+                model: "a:b",
+                version: Latest
+            })
+        );
+    }
+
+    /// Every path form the parser accepts is listed in `SERVED_PATHS` (and so must be in the
+    /// OpenAPI document). A new form, such as a status by label, fails here until it is listed.
+    #[test]
+    fn every_accepted_path_form_is_listed() {
+        let bases = [
+            "m",
+            "m/versions/1",
+            "m/labels/l",
+            "m/metadata",
+            "m/versions/1/metadata",
+        ];
+        let tails = ["", "/metadata", "/labels/l", "/versions/1", "/other"];
+        let verbs = [
+            "",
+            ":predict",
+            ":classify",
+            ":regress",
+            ":explain",
+            ":other",
+        ];
+        for base in bases {
+            for tail in tails {
+                for verb in verbs {
+                    let path = format!("{base}{tail}{verb}");
+                    let Some(target) = RestTarget::parse(&path) else {
+                        continue;
+                    };
+                    match target.template() {
+                        Some(template) => assert!(
+                            SERVED_PATHS.contains(&template),
+                            "{path} is answered as {template}, which SERVED_PATHS lacks"
+                        ),
+                        None => assert!(
+                            matches!(target, RestTarget::Verb { verb, .. } if !VERBS.contains(&verb)),
+                            "{path} parses but has no template"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_listed_path_parses_back_to_itself() {
+        for template in SERVED_PATHS {
+            let path = template
+                .trim_start_matches("/v1/models/")
+                .replace("{name}", "m")
+                .replace("{version}", "3")
+                .replace("{label}", "stable");
+            let target = RestTarget::parse(&path);
+            assert_eq!(
+                target.as_ref().and_then(RestTarget::template),
+                Some(*template),
+                "{path}"
+            );
+        }
     }
 }

@@ -1,0 +1,112 @@
+"""Starts a real tensorport binary on free loopback ports, for any test suite that needs one
+(this folder's, the OpenAPI checks, and the client packages' tests under clients/).
+
+The binary comes from $TENSORPORT_BIN (default: <repo>/target/debug/tensorport). It runs as
+
+    tensorport serve --model-dir DIR --host 127.0.0.1 --grpc-port 0 --rest-port 0 [EXTRA...]
+
+and the ports are read back from the line `listening grpc=HOST:PORT rest=HOST:PORT` that it
+writes to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE_MODELS = REPO / "examples" / "models"
+TEST_MODELS = REPO / "tests" / "models"
+
+STARTUP_TIMEOUT_S = 60
+SHUTDOWN_TIMEOUT_S = 10
+LISTENING_RE = re.compile(r"listening grpc=(\S+) rest=(\S+)")
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes a logger may add
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or never said where it listens; the message carries its log."""
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    rest_url: str
+    grpc_target: str
+    log_path: Path
+    model_dir: Path
+
+    def log(self) -> str:
+        return read_log(self.log_path)
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
+def read_log(path: Path) -> str:
+    try:
+        return ANSI_RE.sub("", path.read_text(errors="replace"))
+    except FileNotFoundError:
+        return "<no log>"
+
+
+def server_binary() -> Path:
+    # A relative TENSORPORT_BIN (as `make test` passes) is relative to the current directory.
+    return Path(os.environ.get("TENSORPORT_BIN", REPO / "target" / "debug" / "tensorport")).absolute()
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+
+
+def link_models(model_dir: Path, bases=(EXAMPLE_MODELS, TEST_MODELS)) -> Path:
+    """Fills `model_dir` with symlinks to every model folder under `bases`."""
+    for base in bases:
+        for entry in sorted(base.iterdir()):
+            if entry.is_dir():
+                (model_dir / entry.name).symlink_to(entry.resolve(), target_is_directory=True)
+    return model_dir
+
+
+def start_server(model_dir: Path, log_path: Path, extra_args: list[str] | None = None) -> Server:
+    """Starts the binary serving `model_dir` and waits until it listens."""
+    binary = server_binary()
+    if not binary.exists():
+        raise ServerStartError(f"server binary {binary} not found: build it (cargo build) or set TENSORPORT_BIN")
+    cmd = [str(binary), "serve", "--model-dir", str(model_dir), "--host", "127.0.0.1",
+           "--grpc-port", "0", "--rest-port", "0", *(extra_args or [])]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                env=dict(os.environ), cwd=REPO)
+
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    match = None
+    while time.monotonic() < deadline:
+        match = LISTENING_RE.search(read_log(log_path))
+        if match or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if not match:
+        # One last look: the process may have written the line just before exiting.
+        match = LISTENING_RE.search(read_log(log_path))
+    if not match:
+        stop_process(proc)
+        why = (f"exited with code {proc.returncode}" if proc.returncode is not None
+               else f"did not print the listening line within {STARTUP_TIMEOUT_S}s")
+        raise ServerStartError(f"tensorport {why}\ncommand: {' '.join(cmd)}\n--- server log ---\n{read_log(log_path)}")
+
+    grpc_addr, rest_addr = match.group(1), match.group(2)
+    return Server(process=proc, rest_url=f"http://{rest_addr}", grpc_target=grpc_addr,
+                  log_path=log_path, model_dir=model_dir)
