@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,8 +28,8 @@ from tensorflow_serving.apis import (
 )
 from tensorflow_serving.config import model_server_config_pb2
 
-from conftest import LISTENING_RE, _read, _server_binary, _stop
-from tfs import EXAMPLE_MODELS, REPO, make_ndarray, make_tensor_proto, reference
+from tensorport_server import read_log, start_server
+from tfs import EXAMPLE_MODELS, make_ndarray, make_tensor_proto, reference
 
 RNG = np.random.default_rng(42)
 FEATURES = RNG.standard_normal((4, 16)).astype(np.float32)
@@ -56,7 +55,7 @@ class Running:
             except (requests.RequestException, KeyError):
                 pass
             time.sleep(0.1)
-        raise AssertionError(f"timed out waiting; server log:\n{_read(self.log)[-4000:]}")
+        raise AssertionError(f"timed out waiting; server log:\n{read_log(self.log)[-4000:]}")
 
     def predict(self, model: str = "ranker", path: str = "") -> np.ndarray:
         response = requests.post(f"{self.rest}/v1/models/{model}{path}:predict",
@@ -67,21 +66,11 @@ class Running:
 
 @contextlib.contextmanager
 def serving(models: Path, *extra: str):
-    log = models.parent / f"{models.name}.log"
-    command = [str(_server_binary()), "serve", "--model-dir", str(models), "--host", "127.0.0.1",
-               "--grpc-port", "0", "--rest-port", "0", "--model-poll-secs", "1", *extra]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=out, stdin=subprocess.DEVNULL, cwd=REPO)
+    server = start_server(models, models.parent / f"{models.name}.log", ["--model-poll-secs", "1", *extra])
     try:
-        deadline = time.monotonic() + 60
-        match = None
-        while time.monotonic() < deadline and not match and proc.poll() is None:
-            time.sleep(0.05)
-            match = LISTENING_RE.search(_read(log))
-        assert match, f"server did not start:\n{_read(log)}"
-        yield Running(rest=f"http://{match.group(2)}", grpc=match.group(1), log=log, models=models)
+        yield Running(rest=server.rest_url, grpc=server.grpc_target, log=server.log_path, models=models)
     finally:
-        _stop(proc)
+        server.stop()
 
 
 def ranker_v(version: int) -> np.ndarray:

@@ -181,6 +181,12 @@ pub fn statistics(
 ) -> Result<pb::ModelStatisticsResponse, Error> {
     let selector = version_selector(version)?;
     let snapshot = service.repository().snapshot();
+    if let (Some(name), VersionSelector::Label(label)) = (name, &selector) {
+        // An unknown label is a bad request, as everywhere else, not an empty answer.
+        snapshot
+            .model(name)?
+            .resolve(&VersionSelector::Label(label.clone()))?;
+    }
     let records: Vec<_> = match name {
         Some(name) if !name.is_empty() => vec![snapshot.model(name)?],
         _ => snapshot.models().collect(),

@@ -240,19 +240,25 @@ async fn index(State(s): Shared, body: Bytes) -> Reply {
     Ok(json_response(&Value::Array(rows)))
 }
 
-/// Loads (or reloads) a model now. A JSON body with `parameters` is accepted; none are used.
-async fn load(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Reply {
-    if !body.is_empty() {
-        parse_object(&body)?;
+/// A load / unload body: optional, a JSON object whose `parameters`, if any, is an object.
+/// KServe clients may send parameters; none are used.
+fn check_repository_body(body: &[u8]) -> Result<(), Error> {
+    if body.is_empty() {
+        return Ok(());
     }
+    let request = parse_object(body)?;
+    params(request.get("parameters"), "request").map(|_| ())
+}
+
+/// Loads (or reloads) a model now.
+async fn load(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Reply {
+    check_repository_body(&body)?;
     s.repository().load_model(&name).await?;
     Ok(ok().await)
 }
 
 async fn unload(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Reply {
-    if !body.is_empty() {
-        parse_object(&body)?;
-    }
+    check_repository_body(&body)?;
     s.repository().unload_model(&name).await?;
     Ok(ok().await)
 }
