@@ -27,6 +27,19 @@ impl CopyStage {
     }
 }
 
+/// What happened to a model version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelEvent {
+    Loaded,
+    Unloaded,
+    LoadFailed,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StageLabels {
     stage: &'static str,
@@ -38,6 +51,9 @@ pub struct Metrics {
     tensor_bytes_copied: Family<StageLabels, Counter>,
     shm_regions: Gauge,
     shm_bytes_mapped: Gauge,
+    model_loads: Family<ModelLabels, Counter>,
+    model_unloads: Family<ModelLabels, Counter>,
+    model_load_failures: Family<ModelLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -77,11 +93,28 @@ impl Metrics {
             "Bytes of registered system shared-memory regions",
             shm_bytes_mapped.clone(),
         );
+        let model_loads = Family::<ModelLabels, Counter>::default();
+        registry.register("model_loads", "Model versions loaded", model_loads.clone());
+        let model_unloads = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "model_unloads",
+            "Model versions unloaded",
+            model_unloads.clone(),
+        );
+        let model_load_failures = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "model_load_failures",
+            "Model versions that failed to load or to warm up",
+            model_load_failures.clone(),
+        );
         Self {
             registry,
             tensor_bytes_copied,
             shm_regions,
             shm_bytes_mapped,
+            model_loads,
+            model_unloads,
+            model_load_failures,
         }
     }
 
@@ -102,6 +135,19 @@ impl Metrics {
                 stage: stage.label(),
             })
             .get()
+    }
+
+    pub fn record_model_event(&self, name: &str, event: ModelEvent) {
+        let family = match event {
+            ModelEvent::Loaded => &self.model_loads,
+            ModelEvent::Unloaded => &self.model_unloads,
+            ModelEvent::LoadFailed => &self.model_load_failures,
+        };
+        family
+            .get_or_create(&ModelLabels {
+                model: name.to_owned(),
+            })
+            .inc();
     }
 
     pub fn set_shared_memory(&self, regions: usize, bytes: u64) {

@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::batcher::{Batcher, Telemetry};
 use crate::error::Error;
+use crate::metrics::ModelEvent;
 use crate::stats::ModelStats;
 
 /// A model the TF Serving reload-config API asked to serve.
@@ -418,6 +419,9 @@ impl ModelRepository {
                     folder.version,
                     VersionState::Available(Arc::new(loaded)),
                 );
+                self.loader
+                    .metrics
+                    .record_model_event(model, ModelEvent::Loaded);
                 tracing::info!(model, version = folder.version, "available");
                 Ok(alive_rx)
             }
@@ -428,6 +432,9 @@ impl ModelRepository {
                     folder.version,
                     VersionState::End { error: Some(error) },
                 );
+                self.loader
+                    .metrics
+                    .record_model_event(model, ModelEvent::LoadFailed);
                 Err(())
             }
         }
@@ -437,6 +444,9 @@ impl ModelRepository {
     /// the last of them lets go, then END.
     fn retire(&self, control: &mut Control, model: &str, version: u64) {
         self.set_state(model, version, VersionState::Unloading);
+        self.loader
+            .metrics
+            .record_model_event(model, ModelEvent::Unloaded);
         tracing::info!(model, version, "unloading");
         if !control.alive.contains_key(&(model.to_owned(), version)) {
             self.set_state(model, version, VersionState::End { error: None });

@@ -137,6 +137,10 @@ def test_hot_reload_under_load_fails_no_request(tmp_path):
         np.testing.assert_allclose(server.predict(), ranker_v(2), rtol=1e-5, atol=1e-5)
         assert not failures, failures[:5]
         assert served[0] > 20
+        metrics = requests.get(f"{server.rest}/metrics", timeout=5).text
+        assert 'tensorport_model_loads_total{model="ranker"} 2' in metrics, metrics
+        assert 'tensorport_model_unloads_total{model="ranker"} 1' in metrics, metrics
+        assert 'tensorport_model_load_failures_total{model="ranker"} 1' in metrics, metrics
 
 
 def test_labels_and_policy_select_versions(tmp_path):
@@ -236,6 +240,9 @@ def test_a_failing_warmup_keeps_the_serving_version(tmp_path):
         assert "warmup" in status["2"]["status"]["error_message"]
         assert status["1"]["state"] == "AVAILABLE"
         np.testing.assert_allclose(server.predict(), ranker_v(1), rtol=1e-5, atol=1e-5)
+        metrics = requests.get(f"{server.rest}/metrics", timeout=5).text
+        assert 'tensorport_model_load_failures_total{model="ranker"} 1' in metrics, metrics
+        assert 'tensorport_model_loads_total{model="ranker"} 1' in metrics, metrics
 
 
 def test_concurrent_requests_are_batched_and_answered_with_their_own_rows(tmp_path):
