@@ -48,10 +48,15 @@ fn generated_inputs(
                     })
                     .collect(),
             };
-            let count: usize = shape.iter().product();
+            // Shapes come from the model's settings: checked, so a typo fails the load cleanly.
+            let count = crate::tensor::element_count(&shape)
+                .map_err(|err| format!("warmup input '{}': {err}", spec.name))?;
             let tensor = match spec.dtype.size() {
                 Some(size) => {
-                    Tensor::dense(spec.dtype, shape, Bytes::from(vec![0u8; count * size]))
+                    let bytes = count.checked_mul(size).ok_or_else(|| {
+                        format!("warmup input '{}': shape {shape:?} is too large", spec.name)
+                    })?;
+                    Tensor::dense(spec.dtype, shape, Bytes::from(vec![0u8; bytes]))
                 }
                 None => Tensor::strings(shape, vec![Bytes::new(); count]),
             }
