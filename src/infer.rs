@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::{NamedTensor, Signature};
-use crate::batcher::BatchRequest;
+use crate::batcher::{BatchRequest, Priority};
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
 use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
@@ -21,6 +21,9 @@ pub struct Prediction {
     pub inputs: Vec<NamedTensor>,
     /// Outputs to return, in this order; empty means all of the signature's outputs.
     pub output_filter: Vec<String>,
+    /// When the client stops waiting; the batcher drops the request unrun after it.
+    pub deadline: Option<tokio::time::Instant>,
+    pub priority: Priority,
 }
 
 /// The outputs of a prediction and the version that produced them.
@@ -63,6 +66,11 @@ impl InferService {
         &self.metrics
     }
 
+    /// The metrics handle itself, for layers that outlive a borrow.
+    pub fn shared_metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     pub fn shm(&self) -> &ShmRegistry {
         &self.shm
     }
@@ -93,6 +101,8 @@ impl InferService {
             signature,
             inputs,
             output_filter,
+            deadline,
+            priority,
         } = request;
         let sig = model
             .backend
@@ -112,7 +122,8 @@ impl InferService {
                 signature,
                 inputs,
                 outputs,
-                deadline: None,
+                deadline,
+                priority,
             })
             .await;
         match result {

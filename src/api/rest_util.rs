@@ -45,6 +45,12 @@ impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let mut response = json_response(&serde_json::json!({ "error": self.message }));
         *response.status_mut() = self.status;
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            // A full model queue drains in well under a second; HTTP counts whole seconds.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         response
     }
 }

@@ -16,6 +16,7 @@
 mod gather;
 mod handle;
 mod policy;
+mod priority;
 mod settings;
 mod task;
 #[cfg(test)]
@@ -24,6 +25,7 @@ mod tests;
 pub use gather::{batch_key, gather, scatter, BatchKey};
 pub use handle::{BatcherHandle, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Next, Queued, Step};
+pub use priority::Priority;
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
 pub use task::{Batcher, Telemetry};
 
@@ -44,6 +46,8 @@ pub struct BatchRequest {
     /// When the client stops waiting. A request still queued at its deadline is answered
     /// DEADLINE_EXCEEDED instead of being run.
     pub deadline: Option<Instant>,
+    /// High-priority requests may use the queue's reserve and run before default ones.
+    pub priority: Priority,
 }
 
 /// Failures of merging, splitting or running a batch. All are server-side (INTERNAL): the

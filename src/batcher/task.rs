@@ -19,7 +19,7 @@ use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::{BatchError, BatchRequest, BatchSettings};
 use crate::backend::{Backend, BackendError, NamedTensor};
 use crate::error::Error;
-use crate::metrics::{CopyStage, Metrics};
+use crate::metrics::{CopyStage, Metrics, ModelMetrics};
 use crate::stats::ModelStats;
 
 pub(super) type Reply = Result<Vec<NamedTensor>, Error>;
@@ -73,6 +73,8 @@ enum Event {
 pub struct Telemetry {
     pub stats: Arc<ModelStats>,
     pub metrics: Arc<Metrics>,
+    /// The version the batcher serves, for the metrics' labels.
+    pub version: u64,
 }
 
 /// The batching actor of one model version. Start it with [`Batcher::spawn`].
@@ -80,6 +82,7 @@ pub struct Batcher {
     model: String,
     backend: Arc<dyn Backend>,
     telemetry: Telemetry,
+    histograms: ModelMetrics,
     receiver: mpsc::Receiver<Message>,
     queue: BatchQueue<BatchKey, Waiting>,
     /// Requests admitted and not yet cut into a batch or dropped; shared with the handle,
@@ -98,15 +101,17 @@ impl Batcher {
     ) -> BatcherHandle {
         let model = model.into();
         let policy = BatchPolicy::new(settings);
-        // Admission is counted in `depth`, which never exceeds `max_queue_size`, and a
+        // Admission is counted in `depth`, which never exceeds `capacity`, and a
         // message in the channel is always counted: so the channel cannot fill up, and its
         // bound only backs the count up.
-        let (sender, receiver) = mpsc::channel(policy.max_queue_size());
+        let (sender, receiver) = mpsc::channel(policy.capacity());
         let depth = Arc::new(AtomicUsize::new(0));
+        let histograms = telemetry.metrics.model(&model, telemetry.version);
         let batcher = Batcher {
             model: model.clone(),
             backend,
             telemetry,
+            histograms,
             receiver,
             queue: BatchQueue::new(policy.clone()),
             depth: depth.clone(),
@@ -192,6 +197,7 @@ impl Batcher {
             inputs,
             outputs,
             deadline,
+            priority,
         } = request;
         let (key, rows) = if self.queue.policy().batching_enabled() {
             match batch_key(signature, &inputs, &outputs) {
@@ -206,6 +212,7 @@ impl Batcher {
             rows,
             enqueued: enqueued.into_std(),
             deadline: deadline.map(Instant::into_std),
+            priority,
             item: Waiting {
                 signature,
                 inputs,
@@ -229,6 +236,7 @@ impl Batcher {
             let waiting = queued.item;
             let waited = waiting.enqueued.elapsed();
             self.telemetry.stats.queue.record(waited);
+            self.histograms.observe_queue_wait(waited);
             let queued_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
             waiting
                 .span
@@ -260,7 +268,9 @@ impl Batcher {
             .sum();
         let backend = self.backend.clone();
         let telemetry = self.telemetry.clone();
+        let histograms = self.histograms.clone();
         let task = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let outcome = span.in_scope(|| {
                 execute(
                     backend.as_ref(),
@@ -273,6 +283,7 @@ impl Batcher {
             });
             if outcome.is_ok() {
                 telemetry.stats.record_execution(inferences);
+                histograms.observe_execution(started.elapsed(), inferences);
             }
             outcome
         });
@@ -337,12 +348,19 @@ fn execute(
             .record_copy(CopyStage::BatchGather, gathered);
         inputs
     };
-    stats.compute_input.record(phase.elapsed());
+    let input_took = phase.elapsed();
 
     let phase = std::time::Instant::now();
     let result = backend.run(sig, inputs, outputs);
-    stats.compute_infer.record(phase.elapsed());
-    let merged = result.map_err(Failure::Backend)?;
+    let infer_took = phase.elapsed();
+    let merged = match result {
+        Ok(merged) => merged,
+        Err(err) => {
+            stats.compute_input.record(input_took);
+            stats.compute_infer.record(infer_took);
+            return Err(Failure::Backend(err));
+        }
+    };
 
     let phase = std::time::Instant::now();
     let split = if rows.len() == 1 {
@@ -350,6 +368,10 @@ fn execute(
     } else {
         scatter(merged, rows).map_err(Failure::Batch)
     };
+    // Recorded together, after the last phase: a statistics reader between phases would see
+    // unequal counts, which Triton's clients (perf_analyzer) refuse as inconsistent.
+    stats.compute_input.record(input_took);
+    stats.compute_infer.record(infer_took);
     stats.compute_output.record(phase.elapsed());
     split
 }

@@ -16,7 +16,7 @@ use crate::backend::onnx::{OnnxRuntime, OnnxThreads};
 use crate::backend::{Backend, BackendError, Signature};
 use crate::batcher::{BatchSettings, Batcher, BatcherHandle, Telemetry};
 use crate::error::Error;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ModelEvent};
 use crate::stats::ModelStats;
 
 /// Turns a version folder into a running backend.
@@ -150,10 +150,16 @@ impl ModelRepository {
                 Some(latest) => {
                     let record = match load_version(&folder, latest, loader) {
                         Ok(model) => {
+                            loader
+                                .metrics
+                                .record_model_event(&folder.name, ModelEvent::Loaded);
                             tracing::info!(model = %folder.name, version = latest.version, "model loaded");
                             VersionRecord::Available(Arc::new(model))
                         }
                         Err(reason) => {
+                            loader
+                                .metrics
+                                .record_model_event(&folder.name, ModelEvent::LoadFailed);
                             tracing::error!(model = %folder.name, version = latest.version, error = %reason, "model failed to load; skipped");
                             VersionRecord::Failed(reason)
                         }
@@ -206,6 +212,7 @@ fn load_version(
     let telemetry = Telemetry {
         stats: stats.clone(),
         metrics: loader.metrics.clone(),
+        version: version.version,
     };
     let batcher = Batcher::spawn(folder.name.clone(), backend.clone(), &batching, telemetry);
     Ok(LoadedModel {

@@ -10,16 +10,18 @@ use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
-use axum::Router;
+use axum::{Extension, Router};
 use serde_json::{json, Map, Value};
 
 use super::{selector, signature_defs, state_name, version_statuses, PREDICT_METHOD};
 use crate::api::json_tensor::{decode_rows, decode_value, write_json_str, write_tensor};
 use crate::api::rest_util::{json_response, RestError};
 use crate::backend::{NamedTensor, Signature};
+use crate::batcher::Priority;
 use crate::error::Error;
 use crate::infer::{InferService, Prediction, PredictionResult};
 use crate::repository::VersionSelector;
+use crate::request::RequestContext;
 
 /// The `/v1` routes.
 pub fn routes(infer: Arc<InferService>) -> Router {
@@ -111,8 +113,10 @@ async fn dispatch(
     State(infer): State<Arc<InferService>>,
     method: Method,
     Path(rest): Path<String>,
+    context: Option<Extension<Arc<RequestContext>>>,
     body: Bytes,
 ) -> Response {
+    let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let result = match (RestTarget::parse(&rest), &method) {
         (Some(RestTarget::Status { model, version }), &Method::GET) => {
             status(&infer, model, version)
@@ -127,7 +131,7 @@ async fn dispatch(
                 verb: "predict",
             }),
             &Method::POST,
-        ) => predict(&infer, model, version, &body).await,
+        ) => predict(&infer, context, model, version, &body).await,
         (
             Some(RestTarget::Verb {
                 verb: verb @ ("classify" | "regress"),
@@ -241,6 +245,7 @@ enum Layout<'b> {
 
 async fn predict(
     infer: &InferService,
+    context: Option<&RequestContext>,
     model: &str,
     version: VersionRef<'_>,
     body: &[u8],
@@ -275,6 +280,9 @@ async fn predict(
     };
 
     let model = infer.resolve(model, version_selector(version)?)?;
+    if let Some(context) = context {
+        context.set_model(&model.name, model.version);
+    }
     let (signature, sig) = model.signature(signature_name)?;
     let inputs = match layout {
         Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
@@ -287,6 +295,9 @@ async fn predict(
             signature,
             inputs,
             output_filter: Vec::new(),
+            deadline: context.and_then(RequestContext::deadline),
+            // TF Serving's API has no priority.
+            priority: Priority::Default,
         })
         .await?;
     let body = if row_format {
