@@ -9,14 +9,17 @@ MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
 
-.PHONY: serve test venv build release lint fmt models perf-analyzer bench clean
+# apt-get needs root; elsewhere it runs under sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: serve test venv build release lint fmt models perf-analyzer promtool bench bench-overload clean
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
 	target/release/tensorport serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
 
 ## test: unit and integration tests (Rust), then the end-to-end suite against the real binary
-test: venv perf-analyzer
+test: venv perf-analyzer promtool
 	cargo build --bins
 	cargo test
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
@@ -36,6 +39,11 @@ perf-analyzer: $(PERF_ANALYZER)
 
 $(PERF_ANALYZER): scripts/setup-perf-analyzer.sh
 	scripts/setup-perf-analyzer.sh $(dir $(PERF_ANALYZER)) $(PYTHON)
+
+## promtool: Prometheus' metrics linter, which the tests run on a scrape (Debian package prometheus)
+promtool:
+	@command -v promtool >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus; }
 
 ## bench: release build, then the benchmarks (figures go to docs/BENCHMARKS.md by hand)
 bench: venv perf-analyzer release

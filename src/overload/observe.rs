@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::http::{HeaderValue, Request, Response};
+use axum::http::{header, HeaderValue, Request, Response, Version};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower::Service;
 use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span};
 
-use super::refusal::{Outcome, Refusal, Refused, Transport};
+use super::refusal::{BodyUnread, Outcome, Refusal, Refused, Transport};
 use crate::metrics::Metrics;
 use crate::request::{client_timeout, Protocol, RequestContext, RequestIds, REQUEST_ID_HEADER};
 
@@ -75,7 +75,10 @@ where
             Protocol::of_http_path(path)
         };
         let id = self.observer.ids.for_request(request.headers());
+        // Under the access-log target, so that enabling the per-request line also enables the
+        // span that gives it (and everything logged under it) the request id.
         let span = tracing::debug_span!(
+            target: "tensorport::access",
             "request",
             id = %id,
             protocol = protocol.label(),
@@ -93,6 +96,7 @@ where
             observer: self.observer.clone(),
             started,
             span: span.clone(),
+            http1: !B::GRPC && request.version() <= Version::HTTP_11,
         };
         let state = match timeout {
             Err(err) => State::Answered {
@@ -184,12 +188,22 @@ struct Record {
     observer: Arc<Observer>,
     started: Instant,
     span: Span,
+    /// HTTP/1: one request at a time per connection.
+    http1: bool,
 }
 
 impl Record {
     fn answered<B: Transport>(self, response: &mut Response<B>) {
         if let Ok(id) = HeaderValue::from_str(self.context.id()) {
             response.headers_mut().insert(REQUEST_ID_HEADER, id);
+        }
+        if self.http1 && response.extensions().get::<BodyUnread>().is_some() {
+            // The refusal did not read the request body, so the server closes the connection
+            // after it; saying so keeps a client from sending its next request on a
+            // connection that is going away (it reconnects instead of failing).
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         let outcome = B::outcome(response);
         let marked = response.extensions().get::<Refused>().map(|r| r.0);

@@ -50,6 +50,10 @@ impl Refusal {
     }
 }
 
+/// Put on every answer a layer gives itself, without reading the request body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyUnread;
+
 /// Put on a refusal's response so that the observing layer counts the right reason. Queue-full
 /// and deadline answers from deeper down carry no marker; their status says which they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,9 +174,10 @@ impl Transport for tonic::body::Body {
     }
 }
 
-/// Adds `Retry-After` and the [`Refused`] marker. gRPC clients ignore the header, but it costs
-/// nothing and proxies in front of the server may read it.
+/// Adds `Retry-After` and the markers. gRPC clients ignore the header, but it costs nothing
+/// and proxies in front of the server may read it.
 fn mark<B>(response: &mut Response<B>, refusal: &Refusal) {
+    response.extensions_mut().insert(BodyUnread);
     if let Some(seconds) = refusal.retry_after_s() {
         response
             .headers_mut()

@@ -107,6 +107,8 @@ async fn over_the_concurrency_limit_is_refused_at_once_and_counted() {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
     assert!(refused.headers().contains_key(REQUEST_ID_HEADER));
+    // The body was never read, so an HTTP/1 connection cannot carry another request.
+    assert_eq!(refused.headers()[header::CONNECTION], "close");
     assert_eq!(routes.calls.load(Ordering::SeqCst), 1);
     assert_eq!(
         metrics.refusals(RefusalReason::Concurrency, Protocol::KserveHttp),
@@ -146,6 +148,7 @@ async fn grpc_refusals_are_resource_exhausted() {
         .expect("a refusal never waits")
         .unwrap();
     assert_eq!(refused.headers()["grpc-status"], "8");
+    assert!(!refused.headers().contains_key(header::CONNECTION));
     assert_eq!(
         metrics.refusals(RefusalReason::Concurrency, Protocol::TfServingGrpc),
         1

@@ -106,11 +106,21 @@ impl TestServer {
         }
     }
 
-    /// Stops the server and waits until it has.
-    pub async fn stop(mut self) {
+    /// Resolves the server's shutdown future: it starts draining.
+    pub fn begin_stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+
+    /// Whether `run` has returned.
+    pub fn has_stopped(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops the server and waits until it has.
+    pub async fn stop(mut self) {
+        self.begin_stop();
         (&mut self.task)
             .await
             .expect("server task finished cleanly");
