@@ -50,6 +50,12 @@ bench: venv perf-analyzer release
 	cargo bench --bench shm_vs_inline
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
 
+## bench-overload: about 4x capacity for 20 s with overload protection on and off (server on
+## core 0, load on core 1)
+bench-overload: release
+	cargo bench --bench overload --no-run
+	taskset -c 1 cargo bench --bench overload
+
 build:
 	cargo build
 

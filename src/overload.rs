@@ -32,6 +32,7 @@
 
 mod bypass;
 mod deadline;
+mod drain;
 mod observe;
 mod rate;
 mod refusal;
@@ -126,6 +127,7 @@ pub type Protected<S, B> =
     Optional<Governor<ClientKeys, NoOpMiddleware, Admitted<S, B>, B>, Admitted<S, B>>;
 
 impl<S: Clone, B: Transport + 'static> Layer<S> for OverloadLayer<B> {
+    // Requests reach the routes with their body wrapped (see `drain`), in the same type.
     type Service = Observe<Bypass<S, Protected<S, B>>, B>;
 
     fn layer(&self, routes: S) -> Self::Service {

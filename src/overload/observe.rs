@@ -15,6 +15,7 @@ use tower::Service;
 use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span};
 
+use super::drain::RequestBody;
 use super::refusal::{BodyUnread, Outcome, Refusal, Refused, Transport};
 use crate::metrics::Metrics;
 use crate::request::{client_timeout, Protocol, RequestContext, RequestIds, REQUEST_ID_HEADER};
@@ -56,6 +57,7 @@ impl<S, B> Observe<S, B> {
 impl<S, ReqBody, B> Service<Request<ReqBody>> for Observe<S, B>
 where
     S: Service<Request<ReqBody>, Response = Response<B>>,
+    ReqBody: RequestBody,
     B: Transport,
 {
     type Response = Response<B>;
@@ -66,7 +68,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let started = Instant::now();
         let path = request.uri().path();
         let protocol = if B::GRPC {
@@ -96,8 +98,13 @@ where
             observer: self.observer.clone(),
             started,
             span: span.clone(),
-            http1: !B::GRPC && request.version() <= Version::HTTP_11,
+            // A refusal of an HTTP/1 request with a body too large to drain closes the
+            // connection (see `drain`).
+            close_after_refusal: !B::GRPC
+                && request.version() <= Version::HTTP_11
+                && !request.body().drainable(),
         };
+        let mut request = request.map(RequestBody::guard);
         let state = match timeout {
             Err(err) => State::Answered {
                 response: Some(B::refusal(&Refusal::from(err))),
@@ -188,8 +195,7 @@ struct Record {
     observer: Arc<Observer>,
     started: Instant,
     span: Span,
-    /// HTTP/1: one request at a time per connection.
-    http1: bool,
+    close_after_refusal: bool,
 }
 
 impl Record {
@@ -197,7 +203,7 @@ impl Record {
         if let Ok(id) = HeaderValue::from_str(self.context.id()) {
             response.headers_mut().insert(REQUEST_ID_HEADER, id);
         }
-        if self.http1 && response.extensions().get::<BodyUnread>().is_some() {
+        if self.close_after_refusal && response.extensions().get::<BodyUnread>().is_some() {
             // The refusal did not read the request body, so the server closes the connection
             // after it; saying so keeps a client from sending its next request on a
             // connection that is going away (it reconnects instead of failing).

@@ -107,16 +107,28 @@ async fn over_the_concurrency_limit_is_refused_at_once_and_counted() {
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(refused.headers()[header::RETRY_AFTER], "1");
     assert!(refused.headers().contains_key(REQUEST_ID_HEADER));
-    // The body was never read, so an HTTP/1 connection cannot carry another request.
-    assert_eq!(refused.headers()[header::CONNECTION], "close");
+    // The small body unread is drained in the background: the connection stays open.
+    assert!(!refused.headers().contains_key(header::CONNECTION));
+    // A body too large to drain closes an HTTP/1 connection, and the refusal says so.
+    let mut large = request::<axum::body::Body>(INFER, [127, 0, 0, 1]);
+    *large.body_mut() = axum::body::Body::from(vec![0u8; (drain::DRAIN_LIMIT + 1) as usize]);
+    let refused_large = service
+        .ready()
+        .await
+        .unwrap()
+        .call(large)
+        .now_or_never()
+        .expect("a refusal never waits")
+        .unwrap();
+    assert_eq!(refused_large.headers()[header::CONNECTION], "close");
     assert_eq!(routes.calls.load(Ordering::SeqCst), 1);
     assert_eq!(
         metrics.refusals(RefusalReason::Concurrency, Protocol::KserveHttp),
-        1
+        2
     );
     assert_eq!(
         metrics.requests(Protocol::KserveHttp, None, "resource_exhausted"),
-        1
+        2
     );
 
     routes.gate.add_permits(2);
