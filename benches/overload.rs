@@ -4,7 +4,7 @@
 //! It reports goodput, the latency of accepted requests, and how the rest were answered.
 //!
 //! `make bench-overload`, or after `cargo build --release`:
-//! `taskset -c 1 cargo bench --bench overload -- [--seconds 20] [--factor 4] [--limit 16]`.
+//! `taskset -c 1 cargo bench --bench overload -- [--seconds 20] [--factor 4] [--limit 8]`.
 //! The server is the release binary, pinned to core 0 (when `taskset` exists); this process
 //! is the load, and should run on the other core.
 
@@ -42,7 +42,7 @@ fn options() -> Options {
         binary: Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/tensorport"),
         seconds: 20,
         factor: 4.0,
-        limit: 16,
+        limit: 8,
     };
     let args: Vec<String> = std::env::args().collect();
     let value = |name: &str| {
@@ -162,6 +162,8 @@ enum Protocol {
 /// One answered request: how, and how long it took.
 struct Sample {
     outcome: String,
+    /// What the failure said, for the report's notes.
+    detail: Option<String>,
     latency: Duration,
     finished: Instant,
 }
@@ -191,6 +193,7 @@ impl Clients {
 
     async fn call(&self, protocol: Protocol, n: usize) -> Sample {
         let started = Instant::now();
+        let mut detail = None;
         let outcome = match protocol {
             Protocol::Grpc => {
                 let mut client = self.grpc[n % self.grpc.len()].clone();
@@ -198,7 +201,10 @@ impl Clients {
                 call.set_timeout(CLIENT_TIMEOUT);
                 match client.model_infer(call).await {
                     Ok(_) => "ok".to_owned(),
-                    Err(status) => format!("{:?}", status.code()),
+                    Err(status) => {
+                        detail = Some(status.message().chars().take(120).collect());
+                        format!("{:?}", status.code())
+                    }
                 }
             }
             Protocol::Http => {
@@ -213,12 +219,16 @@ impl Clients {
                     }
                     Ok(response) => format!("HTTP {}", response.status().as_u16()),
                     Err(err) if err.is_timeout() => "client timeout".to_owned(),
-                    Err(err) => format!("transport error: {err}"),
+                    Err(err) => {
+                        detail = Some(format!("{err:?}").chars().take(160).collect());
+                        "transport error".to_owned()
+                    }
                 }
             }
         };
         Sample {
             outcome,
+            detail,
             latency: started.elapsed(),
             finished: Instant::now(),
         }
@@ -252,6 +262,8 @@ struct Report {
     offered: f64,
     outcomes: BTreeMap<String, u64>,
     ok_latencies: Vec<Duration>,
+    /// One example message per failing outcome.
+    details: BTreeMap<String, String>,
     seconds: f64,
     answered_for: f64,
     unfinished: u64,
@@ -278,6 +290,9 @@ async fn open_loop(clients: &Clients, protocol: Protocol, rate: f64, seconds: u6
     let grace = Instant::now() + CLIENT_TIMEOUT + Duration::from_secs(5);
     let mut unfinished = 0;
     for task in tasks {
+        if task.is_finished() {
+            continue;
+        }
         if Instant::now() > grace || tokio::time::timeout_at(grace.into(), task).await.is_err() {
             unfinished += 1;
         }
@@ -292,7 +307,11 @@ async fn open_loop(clients: &Clients, protocol: Protocol, rate: f64, seconds: u6
         .map(|sample| sample.finished)
         .max()
         .unwrap_or(started);
+    let mut details = BTreeMap::new();
     for sample in samples {
+        if let Some(detail) = sample.detail {
+            details.entry(sample.outcome.clone()).or_insert(detail);
+        }
         if sample.outcome == "ok" {
             ok_latencies.push(sample.latency);
         }
@@ -303,10 +322,44 @@ async fn open_loop(clients: &Clients, protocol: Protocol, rate: f64, seconds: u6
         offered: total as f64 / offered_for.as_secs_f64(),
         outcomes,
         ok_latencies,
+        details,
         seconds: offered_for.as_secs_f64(),
         answered_for: last.duration_since(started).as_secs_f64(),
         unfinished,
     }
+}
+
+/// The server's own p99 for answered `spin` requests: the upper bound of the first bucket of
+/// `tensorport_request_duration_seconds` holding 99% of them, in ms.
+async fn server_p99(clients: &Clients, protocol: Protocol) -> f64 {
+    let label = match protocol {
+        Protocol::Grpc => "kserve-grpc",
+        Protocol::Http => "kserve-http",
+    };
+    let Ok(response) = clients
+        .http
+        .get(format!("{}/metrics", clients.rest))
+        .send()
+        .await
+    else {
+        return f64::NAN;
+    };
+    let text = response.text().await.unwrap_or_default();
+    let suffix = format!("model=\"spin\",protocol=\"{label}\"}}");
+    let buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("tensorport_request_duration_seconds_bucket{le=\""))
+        .filter_map(|rest| {
+            let (le, rest) = rest.split_once("\",")?;
+            let (labels, count) = rest.split_once(' ')?;
+            (labels == suffix).then_some((le.parse().ok()?, count.parse().ok()?))
+        })
+        .collect();
+    let total = buckets.last().map_or(0.0, |(_, count)| *count);
+    buckets
+        .iter()
+        .find(|(_, count)| *count >= 0.99 * total)
+        .map_or(f64::NAN, |(le, _)| le * 1000.0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
@@ -342,9 +395,11 @@ async fn run(options: Options) -> BenchResult<()> {
     );
     println!(
         "| protocol | protection | capacity (req/s) | offered (req/s) | goodput (req/s) | \
-         accepted p50 (ms) | accepted p99 (ms) | refused (429 / RESOURCE_EXHAUSTED) | other |"
+         accepted p50 (ms) | accepted p99 (ms) | server p99 (ms, bucket) | \
+         refused (429 / RESOURCE_EXHAUSTED) | other |"
     );
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    let mut notes = Vec::new();
     for protocol in [Protocol::Grpc, Protocol::Http] {
         let mut measured = None;
         for (label, flags) in [("on", &protected), ("off", &unprotected)] {
@@ -367,6 +422,7 @@ async fn run(options: Options) -> BenchResult<()> {
                 options.seconds,
             )
             .await;
+            let server_p99 = server_p99(&clients, protocol).await;
             let ok = report.outcomes.get("ok").copied().unwrap_or(0);
             let refused: u64 = report
                 .outcomes
@@ -384,20 +440,34 @@ async fn run(options: Options) -> BenchResult<()> {
                 .chain((report.unfinished > 0).then(|| format!("{} unfinished", report.unfinished)))
                 .collect();
             println!(
-                "| {:?} | {label} | {capacity:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {refused} | {} |",
+                "| {:?} | {label} | {capacity:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {} | {refused} | {} |",
                 protocol,
                 report.offered,
                 ok as f64 / report.answered_for.max(report.seconds),
                 percentile(&report.ok_latencies, 0.50),
                 percentile(&report.ok_latencies, 0.99),
+                if server_p99.is_nan() {
+                    "-".to_owned()
+                } else {
+                    format!("≤ {server_p99:.0}")
+                },
                 if other.is_empty() {
                     "none".to_owned()
                 } else {
                     other.join(", ")
                 },
             );
+            for (outcome, detail) in &report.details {
+                notes.push(format!(
+                    "- {protocol:?}, protection {label}, {outcome}: {detail}"
+                ));
+            }
             drop(server);
         }
+    }
+    println!("\nExample messages of the failures:\n");
+    for note in notes {
+        println!("{note}");
     }
     Ok(())
 }
