@@ -111,25 +111,18 @@ async fn wait_queued(server: &TestServer, count: usize) {
     }
 }
 
-/// `(answered within 1 ms, all)` of the request-duration histogram's series for requests that
-/// resolved no model on `protocol`, read from the exposition.
-fn unresolved_latency(metrics: &Metrics, protocol: &str) -> (u64, u64) {
-    let text = metrics.encode();
-    let value = |prefix: &str| {
-        text.lines()
-            .find(|line| line.starts_with(prefix))
-            .and_then(|line| line.rsplit(' ').next())
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    (
-        value(&format!(
-            "tensorport_request_duration_seconds_bucket{{le=\"0.001\",model=\"\",protocol=\"{protocol}\"}}"
-        )),
-        value(&format!(
-            "tensorport_request_duration_seconds_count{{model=\"\",protocol=\"{protocol}\"}}"
-        )),
-    )
+/// How many answers the request-duration histogram holds for requests that resolved no model
+/// on `protocol`, read from the exposition.
+fn unresolved_answers(metrics: &Metrics, protocol: &str) -> u64 {
+    let prefix =
+        format!("tensorport_request_duration_seconds_count{{model=\"\",protocol=\"{protocol}\"}}");
+    metrics
+        .encode()
+        .lines()
+        .find(|line| line.starts_with(&prefix))
+        .and_then(|line| line.rsplit(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,9 +136,10 @@ async fn over_the_concurrency_limit_both_transports_refuse_at_once_and_count() -
     )
     .await;
     let mut grpc = kserve(&server).await;
+    // Held for seconds, far longer than the refusals below take even on a loaded machine.
     let held = tokio::spawn({
         let mut grpc = grpc.clone();
-        async move { grpc.model_infer(spin_request(SLOW, None)).await }
+        async move { grpc.model_infer(spin_request(20 * SLOW, None)).await }
     });
     wait_in_flight(&server.metrics, 1).await;
 
@@ -168,9 +162,14 @@ async fn over_the_concurrency_limit_both_transports_refuse_at_once_and_count() -
         .expect_err("refused");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
 
-    // Decided server-side in well under a millisecond: every refusal is in the 1 ms bucket.
-    let (fast, all) = unresolved_latency(&server.metrics, "kserve-http");
-    assert_eq!((fast, all), (20, 20));
+    // Refused at once, never queued for the slot: every refusal was answered while the
+    // request holding the slot still runs. (How fast, in microseconds, is the overload
+    // benchmark's to measure; a timed assertion would fail on a busy machine.)
+    assert!(
+        !held.is_finished(),
+        "the refusals waited for the request in flight"
+    );
+    assert_eq!(unresolved_answers(&server.metrics, "kserve-http"), 20);
     assert_eq!(
         server
             .metrics
@@ -285,14 +284,17 @@ async fn requests_whose_deadline_passes_in_the_queue_are_dropped_unrun() -> Test
     wait_in_flight(&server.metrics, 1).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
 
-    // No deadline from the client: the server's default ends it, server-side.
-    let started = Instant::now();
+    // No deadline from the client: the server's default ends it, server-side, at the
+    // deadline and not once the request ahead of it has finished.
     let err = grpc
         .model_infer(spin_request(1, None))
         .await
         .expect_err("too late");
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(
+        !running.is_finished(),
+        "the late request was answered only after the one ahead of it"
+    );
     // grpc-timeout: tonic's client enforces it too and may give up (CANCELLED) a moment
     // before the server's DEADLINE_EXCEEDED arrives; either way the work must not run.
     let mut late = tonic::Request::new(spin_request(1, None));
