@@ -8,12 +8,17 @@ PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
 MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
+# The TensorFlow C API for the `tensorflow` feature (SavedModels), fetched by `make libtensorflow`.
+LIBTENSORFLOW := .cache/libtensorflow
+# Runtimes beyond ONNX that `make test` and `make lint` build and test.
+TEST_FEATURES := tensorport/tensorflow
 
 K8S_VERSION ?= 1.30.0
 K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/hpa.yaml \
 	deploy/k8s/pdb.yaml deploy/k8s/pvc.yaml
 
-.PHONY: serve test venv build release lint fmt models perf-analyzer bench clean tools deploy-check
+.PHONY: serve test venv build release lint fmt models perf-analyzer bench clean tools deploy-check \
+	libtensorflow
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
@@ -21,9 +26,9 @@ serve: venv release
 
 ## test: unit and integration tests (Rust), then the end-to-end suites against the real binary
 ## (the server's, including the OpenAPI checks and schemathesis, then the Python client's)
-test: venv perf-analyzer deploy-check
-	cargo build --bins
-	cargo test
+test: venv perf-analyzer deploy-check libtensorflow
+	cargo build --bins --features $(TEST_FEATURES)
+	cargo test --features $(TEST_FEATURES)
 	cargo test -p tensorport-client
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
 	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
@@ -37,6 +42,14 @@ $(VENV_STAMP): requirements-dev.txt scripts/install-tfs-client.sh clients/python
 	$(PY) -m pip install -q -r requirements-dev.txt
 	$(PY) -m pip install -q -e clients/python
 	scripts/install-tfs-client.sh $(VENV)
+	touch $@
+
+## libtensorflow: TensorFlow 2.13's C API (about 560 MB) from the tensorflow-cpu wheel, for
+## `cargo build --features tensorflow`; a no-op once present
+libtensorflow: $(LIBTENSORFLOW)/.complete
+
+$(LIBTENSORFLOW)/.complete: scripts/fetch-libtensorflow.sh
+	scripts/fetch-libtensorflow.sh $(LIBTENSORFLOW) $(PYTHON)
 	touch $@
 
 ## tools: promtool (Debian's prometheus package) for the deployment checks; a no-op once present
@@ -71,9 +84,9 @@ release:
 	cargo build --release
 
 ## lint: formatting and clippy, as CI runs them
-lint:
+lint: libtensorflow
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --features $(TEST_FEATURES) -- -D warnings
 
 fmt:
 	cargo fmt --all

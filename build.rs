@@ -1,6 +1,9 @@
 //! Compiles every `.proto` file under `proto/` into Rust with protox (pure Rust, no `protoc`)
 //! and tonic-prost-build. Byte fields decode into `bytes::Bytes`, so tensor payloads are
 //! slices of the received buffer rather than copies.
+//!
+//! With the `tensorflow` feature, it also records where `make libtensorflow` put the TensorFlow
+//! libraries in the binaries' run path, so they start without LD_LIBRARY_PATH.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +20,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .bytes(".")
         .compile_fds(descriptors)?;
+    link_native_libraries();
     Ok(())
+}
+
+/// Where `make libtensorflow` puts the TensorFlow libraries, relative to the package.
+const LIBTENSORFLOW_DIR: &str = ".cache/libtensorflow";
+
+/// Adds the native libraries of the enabled features to the run path of every binary this
+/// package links (the server, tests, benches).
+fn link_native_libraries() {
+    if std::env::var_os("CARGO_FEATURE_TENSORFLOW").is_some() {
+        let root = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
+        let dir = root.unwrap_or_default().join(LIBTENSORFLOW_DIR);
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
+    }
 }
 
 fn collect_protos(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {

@@ -8,6 +8,8 @@ pub mod onnx;
 pub mod onnx_library;
 mod onnx_raw;
 mod signature;
+#[cfg(feature = "tensorflow")]
+pub mod tf;
 
 pub use signature::{Signature, TensorSpec, DEFAULT_SIGNATURE};
 

@@ -17,7 +17,7 @@ pub use model_config::{
 };
 pub use scan::{
     parse_version, scan, scan_model, subfolders, ModelFolder, ScanError, VersionFolder,
-    ONNX_MODEL_FILE,
+    ONNX_MODEL_FILE, SAVED_MODEL_FILE,
 };
 
 use std::collections::BTreeMap;
@@ -46,11 +46,38 @@ impl Loader {
         if onnx.is_file() {
             return Ok(Arc::new(self.onnx.load_model(&onnx, self.onnx_threads)?));
         }
+        if folder.path.join(SAVED_MODEL_FILE).is_file() {
+            return load_saved_model(&folder.path, self.onnx_threads);
+        }
         Err(BackendError::Load {
             path: folder.path.display().to_string(),
-            message: format!("no model file found (expected {ONNX_MODEL_FILE})"),
+            message: format!(
+                "no model file found (expected {ONNX_MODEL_FILE} or {SAVED_MODEL_FILE})"
+            ),
         })
     }
+}
+
+#[cfg(feature = "tensorflow")]
+fn load_saved_model(
+    dir: &std::path::Path,
+    threads: OnnxThreads,
+) -> Result<Arc<dyn Backend>, BackendError> {
+    let model = crate::backend::tf::TfModel::load(dir, threads.intra_op, threads.inter_op)?;
+    Ok(Arc::new(model))
+}
+
+#[cfg(not(feature = "tensorflow"))]
+fn load_saved_model(
+    dir: &std::path::Path,
+    _threads: OnnxThreads,
+) -> Result<Arc<dyn Backend>, BackendError> {
+    Err(BackendError::Load {
+        path: dir.display().to_string(),
+        message: "this build serves no TensorFlow SavedModels: build with \
+                  `--features tensorflow` after `make libtensorflow`"
+            .into(),
+    })
 }
 
 /// A model version that loaded, warmed up, and serves.

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 /// The model file names a version folder may hold, in the order they are looked for.
 pub const ONNX_MODEL_FILE: &str = "model.onnx";
+/// A TensorFlow SavedModel: this file, its `variables/` folder and optional `assets*/`.
+pub const SAVED_MODEL_FILE: &str = "saved_model.pb";
 
 /// One model folder as found on disk.
 #[derive(Debug, Clone, PartialEq)]

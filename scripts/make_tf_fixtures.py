@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Writes the TensorFlow SavedModel test fixture: the ranking MLP of
+examples/models/ranker/1/model.onnx (Gemm -> Relu -> Gemm -> Sigmoid, `features` float32
+[batch, 16] -> `score` float32 [batch, 1]) with the ONNX file's own weights, so every backend
+serves the same function.
+
+  tests/models/ranker_tf/1/                         SavedModel (tag "serve"), two signatures:
+      serving_default: features -> score            (the ONNX model's output)
+      logits:          features -> logit            (the same, before the sigmoid)
+  tests/models/ranker_tf/1/assets.extra/tf_serving_warmup_requests
+                                                    TF Serving warmup log: 3 PredictRequests
+  tests/models/ranker_tf/reference.json             TensorFlow's own outputs for fixed inputs
+
+It needs TensorFlow, which CI never installs; the outputs are committed. To regenerate:
+
+  python3 -m venv .cache/tf-python
+  .cache/tf-python/bin/pip install tensorflow-cpu==2.13.0 onnx
+  .cache/tf-python/bin/pip install --no-deps tensorflow-serving-api==2.13.0
+  .cache/tf-python/bin/python scripts/make_tf_fixtures.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+import tensorflow as tf
+from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+REPO = Path(__file__).resolve().parent.parent
+ONNX_RANKER = REPO / "examples" / "models" / "ranker" / "1" / "model.onnx"
+OUT = REPO / "tests" / "models" / "ranker_tf"
+VERSION_DIR = OUT / "1"
+WARMUP_FILE = VERSION_DIR / "assets.extra" / "tf_serving_warmup_requests"
+FEATURES = 16
+
+
+class Ranker(tf.Module):
+    """The ranking MLP with the weights given, as TF variables (saved under variables/)."""
+
+    def __init__(self, w1, b1, w2, b2):
+        super().__init__()
+        self.w1 = tf.Variable(w1, name="w1")
+        self.b1 = tf.Variable(b1, name="b1")
+        self.w2 = tf.Variable(w2, name="w2")
+        self.b2 = tf.Variable(b2, name="b2")
+
+    def _logit(self, features):
+        hidden = tf.nn.relu(tf.matmul(features, self.w1) + self.b1)
+        return tf.matmul(hidden, self.w2) + self.b2
+
+    @tf.function(input_signature=[tf.TensorSpec([None, FEATURES], tf.float32, name="features")])
+    def score(self, features):
+        return {"score": tf.sigmoid(self._logit(features))}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, FEATURES], tf.float32, name="features")])
+    def logits(self, features):
+        return {"logit": self._logit(features)}
+
+
+def onnx_weights() -> dict[str, np.ndarray]:
+    model = onnx.load(str(ONNX_RANKER))
+    weights = {init.name: numpy_helper.to_array(init) for init in model.graph.initializer}
+    ops = [node.op_type for node in model.graph.node]
+    assert ops == ["Gemm", "Relu", "Gemm", "Sigmoid"], ops
+    for node in model.graph.node:
+        if node.op_type == "Gemm":
+            # The TF graph computes x @ w + b: the Gemms must not transpose or scale.
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            assert attrs.get("transA", 0) == 0 and attrs.get("transB", 0) == 0, attrs
+            assert attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0, attrs
+    return {name: weights[name] for name in ("w1", "b1", "w2", "b2")}
+
+
+def reference_inputs() -> np.ndarray:
+    rng = np.random.default_rng(606)
+    return rng.standard_normal((4, FEATURES)).astype(np.float32)
+
+
+def predict_log(signature: str, rows: np.ndarray) -> bytes:
+    request = predict_pb2.PredictRequest(
+        model_spec=model_pb2.ModelSpec(name="ranker_tf", signature_name=signature)
+    )
+    request.inputs["features"].CopyFrom(tf.make_tensor_proto(rows))
+    log = prediction_log_pb2.PredictionLog(
+        predict_log=prediction_log_pb2.PredictLog(request=request)
+    )
+    return log.SerializeToString()
+
+
+def write_warmup() -> int:
+    records = [
+        predict_log("serving_default", np.zeros((1, FEATURES), np.float32)),
+        predict_log("serving_default", reference_inputs()),
+        predict_log("logits", np.ones((2, FEATURES), np.float32)),
+    ]
+    WARMUP_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(WARMUP_FILE)) as writer:
+        for record in records:
+            writer.write(record)
+    return len(records)
+
+
+def main() -> None:
+    weights = onnx_weights()
+    ranker = Ranker(**weights)
+    if VERSION_DIR.exists():
+        shutil.rmtree(VERSION_DIR)
+    tf.saved_model.save(
+        ranker,
+        str(VERSION_DIR),
+        signatures={"serving_default": ranker.score, "logits": ranker.logits},
+    )
+    warmup_count = write_warmup()
+
+    # The reference comes from the saved files, loaded back the way a server loads them.
+    loaded = tf.saved_model.load(str(VERSION_DIR), tags=["serve"])
+    inputs = reference_inputs()
+    score = loaded.signatures["serving_default"](features=tf.constant(inputs))["score"].numpy()
+    logit = loaded.signatures["logits"](features=tf.constant(inputs))["logit"].numpy()
+
+    # Same function as the ONNX model it was built from.
+    (onnx_score,) = ReferenceEvaluator(str(ONNX_RANKER)).run(None, {"features": inputs})
+    np.testing.assert_allclose(score, onnx_score, atol=1e-6)
+
+    reference = {
+        "source": "TensorFlow " + tf.__version__ + ", scripts/make_tf_fixtures.py",
+        "warmup_requests": warmup_count,
+        "inputs": {"features": inputs.tolist()},
+        "signatures": {
+            "serving_default": {"outputs": {"score": score.tolist()}},
+            "logits": {"outputs": {"logit": logit.tolist()}},
+        },
+    }
+    (OUT / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
+    print(f"wrote {VERSION_DIR} and {OUT / 'reference.json'}")
+
+
+if __name__ == "__main__":
+    main()
