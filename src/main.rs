@@ -40,6 +40,8 @@ fn main() -> ExitCode {
         .init();
 
     let Command::Serve(args) = cli.command;
+    #[cfg(feature = "tensorflow")]
+    give_each_tensorflow_model_its_own_threads();
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -136,6 +138,18 @@ fn local(listener: &tokio::net::TcpListener) -> String {
         .local_addr()
         .map(|addr| addr.to_string())
         .unwrap_or_else(|_| "?".into())
+}
+
+/// TensorFlow sizes one process-wide intra-op pool from the first session it creates, which
+/// would make every later model's `intra_op` setting a no-op; this variable (read once, when
+/// the first session starts) gives each session a pool of its own size. Set here, before any
+/// thread exists, unless the operator chose otherwise.
+#[cfg(feature = "tensorflow")]
+fn give_each_tensorflow_model_its_own_threads() {
+    const OVERRIDE_GLOBAL_THREADPOOL: &str = "TF_OVERRIDE_GLOBAL_THREADPOOL";
+    if std::env::var_os(OVERRIDE_GLOBAL_THREADPOOL).is_none() {
+        std::env::set_var(OVERRIDE_GLOBAL_THREADPOOL, "1");
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -9,7 +9,9 @@
 mod lifecycle;
 mod model_config;
 mod scan;
+mod tfrecord;
 mod warmup;
+mod warmup_log;
 
 pub use lifecycle::{ModelRepository, ServedModel};
 pub use model_config::{

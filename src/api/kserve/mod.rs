@@ -17,7 +17,7 @@ pub use model_info::{
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::{OutputTarget, DEFAULT_SIGNATURE};
+use crate::backend::OutputTarget;
 use crate::error::Error;
 use crate::infer::{InferService, Prediction};
 use crate::metrics::CopyStage;
@@ -183,7 +183,8 @@ pub fn version_selector(version: &str) -> Result<VersionSelector, Error> {
 /// Runs a decoded KServe request.
 pub async fn infer(service: &InferService, request: InferRequest) -> Result<InferResponse, Error> {
     let model = service.resolve(&request.model, version_selector(&request.version)?)?;
-    let (signature, _) = model.signature(DEFAULT_SIGNATURE)?;
+    // KServe has no signatures: a request runs the model's default one.
+    let (signature, _) = model.signature("")?;
     let inputs = request
         .inputs
         .into_iter()

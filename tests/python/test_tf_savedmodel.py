@@ -1,0 +1,241 @@
+"""TensorFlow SavedModels (`--features tensorflow`), end to end: tests/models/ranker_tf, the ranking
+MLP of examples/models/ranker rebuilt in TensorFlow by scripts/make_tf_fixtures.py, served through
+TF Serving gRPC and REST, KServe HTTP and gRPC, shared memory and dynamic batching. Outputs must
+match TensorFlow's own, committed in tests/models/ranker_tf/reference.json, to 1e-5.
+
+Also: both signature defs are listed and selectable with `signature_name`; an unknown signature,
+a wrong dtype or shape are INVALID_ARGUMENT / 400; the SavedModel's warmup file is replayed at
+load, and a corrupt one fails that version's load while the serving version keeps serving."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
+from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2
+from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+from kserve_util import ShmRegions
+from tensorport_server import TEST_MODELS, read_log, start_server
+from tfs import make_ndarray, make_tensor_proto
+
+MODEL = "ranker_tf"
+SOURCE = TEST_MODELS / MODEL
+REFERENCE = json.loads((SOURCE / "reference.json").read_text())
+FEATURES = np.array(REFERENCE["inputs"]["features"], dtype=np.float32)
+SCORE = np.array(REFERENCE["signatures"]["serving_default"]["outputs"]["score"], dtype=np.float32)
+LOGIT = np.array(REFERENCE["signatures"]["logits"]["outputs"]["logit"], dtype=np.float32)
+TOL = dict(rtol=1e-5, atol=1e-5)
+WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
+
+
+def grpc_predict(stub, signature: str = "", features=FEATURES, **spec):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = MODEL
+    request.model_spec.signature_name = signature
+    for key, value in spec.items():
+        setattr(request.model_spec, key, value)
+    request.inputs["features"].CopyFrom(make_tensor_proto(features))
+    return stub.Predict(request, timeout=10)
+
+
+def rest_predict(url: str, body: dict) -> requests.Response:
+    return requests.post(f"{url}/v1/models/{MODEL}:predict", json=body, timeout=10)
+
+
+# ------------------------------------------------------------------ TF Serving gRPC and REST
+
+def test_grpc_predict_matches_tensorflow(prediction_stub):
+    reply = grpc_predict(prediction_stub)
+    np.testing.assert_allclose(make_ndarray(reply.outputs["score"]), SCORE, **TOL)
+    assert reply.model_spec.signature_name == "serving_default"
+    assert reply.model_spec.version.value == 1
+
+
+def test_grpc_signature_name_selects_the_logits_signature(prediction_stub):
+    reply = grpc_predict(prediction_stub, "logits")
+    assert list(reply.outputs) == ["logit"]
+    np.testing.assert_allclose(make_ndarray(reply.outputs["logit"]), LOGIT, **TOL)
+    assert reply.model_spec.signature_name == "logits"
+
+
+def test_rest_predict_matches_tensorflow(rest_url):
+    rows = rest_predict(rest_url, {"instances": FEATURES.tolist()})
+    assert rows.status_code == 200, rows.text
+    np.testing.assert_allclose(np.array(rows.json()["predictions"], dtype=np.float32), SCORE, **TOL)
+    columns = rest_predict(rest_url, {"signature_name": "logits", "inputs": {"features": FEATURES.tolist()}})
+    assert columns.status_code == 200, columns.text
+    np.testing.assert_allclose(np.array(columns.json()["outputs"], dtype=np.float32), LOGIT, **TOL)
+
+
+def test_metadata_lists_both_signatures(model_stub, prediction_stub, rest_url):
+    request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+    request.model_spec.name = MODEL
+    reply = prediction_stub.GetModelMetadata(request, timeout=10)
+    defs = get_model_metadata_pb2.SignatureDefMap()
+    assert reply.metadata["signature_def"].Unpack(defs)
+    assert set(defs.signature_def) == {"serving_default", "logits"}
+    assert set(defs.signature_def["serving_default"].outputs) == {"score"}
+    assert set(defs.signature_def["logits"].outputs) == {"logit"}
+    features = defs.signature_def["logits"].inputs["features"]
+    assert [d.size for d in features.tensor_shape.dim] == [-1, 16]
+
+    body = requests.get(f"{rest_url}/v1/models/{MODEL}/metadata", timeout=10).json()
+    rest_defs = body["metadata"]["signature_def"]["signature_def"]
+    assert set(rest_defs) == {"serving_default", "logits"}
+    assert rest_defs["serving_default"]["outputs"]["score"]["dtype"] == "DT_FLOAT"
+
+    kserve = requests.get(f"{rest_url}/v2/models/{MODEL}", timeout=10).json()
+    assert kserve["platform"] == "tensorflow_savedmodel"
+    assert [(t["name"], t["datatype"], t["shape"]) for t in kserve["inputs"]] == [("features", "FP32", [-1, 16])]
+    assert [(t["name"], t["datatype"], t["shape"]) for t in kserve["outputs"]] == [("score", "FP32", [-1, 1])]
+
+
+def test_unknown_signature_is_invalid_argument_naming_the_signatures(prediction_stub, rest_url):
+    with pytest.raises(grpc.RpcError) as err:
+        grpc_predict(prediction_stub, "no_such_signature")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "no_such_signature" in err.value.details()
+    assert "serving_default" in err.value.details() and "logits" in err.value.details()
+
+    response = rest_predict(rest_url, {"signature_name": "no_such_signature", "instances": FEATURES.tolist()})
+    assert response.status_code == 400
+    assert "no_such_signature" in response.json()["error"]
+
+
+def test_wrong_dtype_or_shape_is_invalid_argument(prediction_stub, rest_url):
+    with pytest.raises(grpc.RpcError) as err:
+        grpc_predict(prediction_stub, features=FEATURES.astype(np.float64))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "dtype" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        grpc_predict(prediction_stub, features=FEATURES[:, :15])
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "shape" in err.value.details()
+
+    response = rest_predict(rest_url, {"instances": FEATURES[:, :15].tolist()})
+    assert response.status_code == 400
+    assert "features" in response.json()["error"]
+
+
+# ------------------------------------------------------------------ KServe HTTP and gRPC
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_kserve_infer_matches_tensorflow(protocol, triton_http, triton_grpc):
+    client, lib = (triton_http, httpclient) if protocol == "http" else (triton_grpc, grpcclient)
+    features = lib.InferInput("features", list(FEATURES.shape), "FP32")
+    features.set_data_from_numpy(FEATURES)
+    result = client.infer(MODEL, [features], outputs=[lib.InferRequestedOutput("score")])
+    np.testing.assert_allclose(result.as_numpy("score"), SCORE, **TOL)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_kserve_shared_memory_inputs_and_outputs(protocol, triton_http, triton_grpc):
+    client, lib = (triton_http, httpclient) if protocol == "http" else (triton_grpc, grpcclient)
+    regions = ShmRegions()
+    try:
+        in_name, in_key, in_handle = regions.create(FEATURES.nbytes, "tf_in")
+        out_name, out_key, out_handle = regions.create(SCORE.nbytes, "tf_out")
+        regions.register(client, in_name, in_key, FEATURES.nbytes)
+        regions.register(client, out_name, out_key, SCORE.nbytes)
+        shm.set_shared_memory_region(in_handle, [FEATURES])
+        features = lib.InferInput("features", list(FEATURES.shape), "FP32")
+        features.set_shared_memory(in_name, FEATURES.nbytes)
+        score = lib.InferRequestedOutput("score")
+        score.set_shared_memory(out_name, SCORE.nbytes)
+        client.infer(MODEL, [features], outputs=[score])
+        got = shm.get_contents_as_numpy(out_handle, np.float32, list(SCORE.shape))
+        np.testing.assert_allclose(got, SCORE, **TOL)
+    finally:
+        errors = regions.close()
+    assert not errors, errors
+
+
+# ------------------------------------------------------------------ servers of their own
+
+def copy_model(models: Path, version: int = 1) -> Path:
+    target = models / MODEL / str(version)
+    shutil.copytree(SOURCE / "1", target)
+    return target
+
+
+def test_concurrent_requests_are_batched_and_match_tensorflow(tmp_path):
+    models = tmp_path / "models"
+    copy_model(models)
+    (models / MODEL / "config.toml").write_text("[batching]\nmax_batch_size = 16\nmax_queue_delay_us = 20000\n")
+    server = start_server(models, tmp_path / "server.log")
+    try:
+        channel = grpc.insecure_channel(server.grpc_target)
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        requests_sent = 32
+
+        def one(i: int) -> np.ndarray:
+            row = FEATURES[i % len(FEATURES)][None, :]
+            return make_ndarray(grpc_predict(stub, features=row).outputs["score"])
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            got = list(pool.map(one, range(requests_sent)))
+        channel.close()
+        for i, score in enumerate(got):
+            np.testing.assert_allclose(score, SCORE[i % len(FEATURES)][None, :], **TOL)
+        stats = requests.get(f"{server.rest_url}/v2/models/{MODEL}/stats", timeout=5).json()["model_stats"][0]
+        sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
+        assert max(sizes) > 1, sizes
+        assert stats["execution_count"] < requests_sent
+    finally:
+        server.stop()
+
+
+def test_the_warmup_file_is_replayed_at_load(tmp_path):
+    models = tmp_path / "models"
+    copy_model(models)
+    server = start_server(models, tmp_path / "server.log")
+    try:
+        log = server.log()
+        line = next((l for l in log.splitlines() if "replayed the warmup file" in l), "")
+        assert f"requests={REFERENCE['warmup_requests']}" in line, log
+        # Warmup runs before the version serves, outside the request statistics.
+        stats = requests.get(f"{server.rest_url}/v2/models/{MODEL}/stats", timeout=5).json()["model_stats"][0]
+        assert stats["inference_stats"]["success"]["count"] == 0
+    finally:
+        server.stop()
+
+
+def test_a_corrupt_warmup_file_fails_that_version_only(tmp_path):
+    models = tmp_path / "models"
+    copy_model(models)
+    server = start_server(models, tmp_path / "server.log", ["--model-poll-secs", "1"])
+    try:
+        status_url = f"{server.rest_url}/v1/models/{MODEL}"
+        version_two = copy_model(tmp_path / "staging", 2)
+        damaged = bytearray((version_two / WARMUP_FILE).read_bytes())
+        damaged[20] ^= 0xFF  # inside the first record's data: its checksum no longer matches
+        (version_two / WARMUP_FILE).write_bytes(bytes(damaged))
+        version_two.rename(models / MODEL / "2")
+
+        status = {}
+        for _ in range(300):
+            status = {row["version"]: row for row in requests.get(status_url, timeout=5).json()["model_version_status"]}
+            if status.get("2", {}).get("state") == "END":
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"version 2 never failed: {status}\n{read_log(server.log_path)[-3000:]}")
+        message = status["2"]["status"]["error_message"]
+        assert "warmup" in message and "checksum" in message, message
+        assert status["1"]["state"] == "AVAILABLE"
+        response = rest_predict(server.rest_url, {"instances": FEATURES.tolist()})
+        assert response.status_code == 200, response.text
+        np.testing.assert_allclose(np.array(response.json()["predictions"], dtype=np.float32), SCORE, **TOL)
+    finally:
+        server.stop()
