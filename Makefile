@@ -8,22 +8,36 @@ PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
 MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
+# Optional backends for `make serve`/`release`: e.g. FEATURES=torch (TorchScript; fetches
+# LibTorch, about 490 MB, into .cache/libtorch). ONNX is always built.
+FEATURES ?=
+# Every optional backend: what `make test`, `make lint` and `make serve-all` build.
+ALL_FEATURES := torch
+LIBTORCH := .cache/libtorch
+# The native libraries the chosen features need, fetched before cargo runs.
+native_libs = $(if $(filter torch,$(1)),libtorch)
+cargo_features = $(if $(strip $(1)),--features "$(strip $(1))")
 
 K8S_VERSION ?= 1.30.0
 K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/hpa.yaml \
 	deploy/k8s/pdb.yaml deploy/k8s/pvc.yaml
 
-.PHONY: serve test venv build release lint fmt models perf-analyzer bench clean tools deploy-check
+.PHONY: serve serve-all test venv build release lint fmt models torch-fixtures perf-analyzer bench \
+	clean tools deploy-check libtorch
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
 	target/release/tensorport serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
 
+## serve-all: `make serve` with every backend (ONNX, TorchScript)
+serve-all:
+	$(MAKE) serve FEATURES="$(ALL_FEATURES)"
+
 ## test: unit and integration tests (Rust), then the end-to-end suites against the real binary
 ## (the server's, including the OpenAPI checks and schemathesis, then the Python client's)
-test: venv perf-analyzer deploy-check
-	cargo build --bins
-	cargo test
+test: venv perf-analyzer deploy-check $(call native_libs,$(ALL_FEATURES))
+	cargo build --bins $(call cargo_features,$(ALL_FEATURES))
+	cargo test $(call cargo_features,$(ALL_FEATURES))
 	cargo test -p tensorport-client
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
 	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
@@ -64,16 +78,20 @@ bench: venv perf-analyzer release
 	cargo bench --bench shm_vs_inline
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
 
-build:
-	cargo build
+build: $(call native_libs,$(FEATURES))
+	cargo build $(call cargo_features,$(FEATURES))
 
-release:
-	cargo build --release
+release: $(call native_libs,$(FEATURES))
+	cargo build --release $(call cargo_features,$(FEATURES))
 
-## lint: formatting and clippy, as CI runs them
-lint:
+## libtorch: LibTorch 2.13.0 for the torch feature, from PyPI wheels into .cache/libtorch (once)
+libtorch:
+	scripts/fetch-libtorch.sh $(LIBTORCH)
+
+## lint: formatting and clippy, as CI runs them (with every backend, so all code is checked)
+lint: $(call native_libs,$(ALL_FEATURES))
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets $(call cargo_features,$(ALL_FEATURES)) -- -D warnings
 
 fmt:
 	cargo fmt --all
@@ -81,6 +99,12 @@ fmt:
 ## models: regenerate the example and test models
 models: venv
 	$(PY) scripts/make_example_models.py
+
+## torch-fixtures: regenerate the TorchScript test models (installs PyTorch in .cache/torch-venv)
+torch-fixtures:
+	$(PYTHON) -m venv .cache/torch-venv
+	.cache/torch-venv/bin/pip install -q torch==2.13.0 onnx==1.23.2 onnxruntime==1.31.1 numpy
+	.cache/torch-venv/bin/python scripts/make_torch_fixtures.py
 
 clean:
 	cargo clean

@@ -1,6 +1,10 @@
 //! Compiles every `.proto` file under `proto/` into Rust with protox (pure Rust, no `protoc`)
 //! and tonic-prost-build. Byte fields decode into `bytes::Bytes`, so tensor payloads are
 //! slices of the received buffer rather than copies.
+//!
+//! With the `torch` feature it also records LibTorch's library folder as the run-time search
+//! path of every binary it links (server, tests, benches), so they start without
+//! `LD_LIBRARY_PATH`.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +21,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .bytes(".")
         .compile_fds(descriptors)?;
+    link_libtorch_rpath();
     Ok(())
+}
+
+/// `LIBTORCH` is set by `.cargo/config.toml` (to `.cache/libtorch`, made absolute) or by the
+/// user; torch-sys links against `$LIBTORCH/lib`, and the loader must find the same folder.
+fn link_libtorch_rpath() {
+    println!("cargo:rerun-if-env-changed=LIBTORCH");
+    if std::env::var_os("CARGO_FEATURE_TORCH").is_none() {
+        return;
+    }
+    if let Some(libtorch) = std::env::var_os("LIBTORCH") {
+        let lib = Path::new(&libtorch).join("lib");
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib.display());
+    }
 }
 
 fn collect_protos(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
