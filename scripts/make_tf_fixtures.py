@@ -9,14 +9,12 @@ serves the same function.
       logits:          features -> logit            (the same, before the sigmoid)
   tests/models/ranker_tf/1/assets.extra/tf_serving_warmup_requests
                                                     TF Serving warmup log: 3 PredictRequests
-  tests/models/ranker_tf/reference.json             TensorFlow's own outputs for fixed inputs
+  tests/models/ranker_tf/reference.json             TensorFlow's own outputs of both signatures
+                                                    for ranker_inputs(), the rows every format's
+                                                    conformance check uses
 
-It needs TensorFlow, which CI never installs; the outputs are committed. To regenerate:
-
-  python3 -m venv .cache/tf-python
-  .cache/tf-python/bin/pip install tensorflow-cpu==2.13.0 onnx
-  .cache/tf-python/bin/pip install --no-deps tensorflow-serving-api==2.13.0
-  .cache/tf-python/bin/python scripts/make_tf_fixtures.py
+It needs TensorFlow, which CI never installs; the outputs are committed. To regenerate, run
+`make tf-fixtures` (TensorFlow goes into .cache/tf-python).
 """
 
 from __future__ import annotations
@@ -77,9 +75,14 @@ def onnx_weights() -> dict[str, np.ndarray]:
     return {name: weights[name] for name in ("w1", "b1", "w2", "b2")}
 
 
-def reference_inputs() -> np.ndarray:
-    rng = np.random.default_rng(606)
-    return rng.standard_normal((4, FEATURES)).astype(np.float32)
+def ranker_inputs() -> np.ndarray:
+    """Eight rows of features, the same in every format's conformance check."""
+    grid = np.arange(8 * FEATURES, dtype=np.int64).reshape(8, FEATURES)
+    return (((grid * 37) % 101 - 50) / 25.0).astype(np.float32)
+
+
+def tensor_entry(array: np.ndarray) -> dict:
+    return {"dtype": array.dtype.name, "shape": list(array.shape), "data": array.reshape(-1).tolist()}
 
 
 def predict_log(signature: str, rows: np.ndarray) -> bytes:
@@ -96,7 +99,7 @@ def predict_log(signature: str, rows: np.ndarray) -> bytes:
 def write_warmup() -> int:
     records = [
         predict_log("serving_default", np.zeros((1, FEATURES), np.float32)),
-        predict_log("serving_default", reference_inputs()),
+        predict_log("serving_default", ranker_inputs()),
         predict_log("logits", np.ones((2, FEATURES), np.float32)),
     ]
     WARMUP_FILE.parent.mkdir(parents=True, exist_ok=True)
@@ -120,7 +123,7 @@ def main() -> None:
 
     # The reference comes from the saved files, loaded back the way a server loads them.
     loaded = tf.saved_model.load(str(VERSION_DIR), tags=["serve"])
-    inputs = reference_inputs()
+    inputs = ranker_inputs()
     score = loaded.signatures["serving_default"](features=tf.constant(inputs))["score"].numpy()
     logit = loaded.signatures["logits"](features=tf.constant(inputs))["logit"].numpy()
 
@@ -129,13 +132,11 @@ def main() -> None:
     np.testing.assert_allclose(score, onnx_score, atol=1e-6)
 
     reference = {
-        "source": "TensorFlow " + tf.__version__ + ", scripts/make_tf_fixtures.py",
+        "tensorflow_version": tf.__version__,
         "warmup_requests": warmup_count,
-        "inputs": {"features": inputs.tolist()},
-        "signatures": {
-            "serving_default": {"outputs": {"score": score.tolist()}},
-            "logits": {"outputs": {"logit": logit.tolist()}},
-        },
+        "signatures": {"serving_default": ["score"], "logits": ["logit"]},
+        "inputs": {"features": tensor_entry(inputs)},
+        "outputs": {"score": tensor_entry(score), "logit": tensor_entry(logit)},
     }
     (OUT / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
     print(f"wrote {VERSION_DIR} and {OUT / 'reference.json'}")

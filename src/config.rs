@@ -56,11 +56,13 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_ORT_LIBRARY", value_name = "FILE")]
     pub ort_library: Option<PathBuf>,
 
-    /// Threads ONNX Runtime uses inside one operator (0: one per core).
+    /// Threads a runtime uses inside one operator (0: one per core); config.toml's [runtime]
+    /// overrides it per model.
     #[arg(long, env = "TENSORPORT_INTRA_OP_THREADS", default_value_t = 1)]
     pub intra_op_threads: usize,
 
-    /// Threads ONNX Runtime uses to run independent operators (0: runtime default).
+    /// Threads a runtime uses to run independent operators (0: runtime default); config.toml's
+    /// [runtime] overrides it per ONNX model (LibTorch has one such pool per process).
     #[arg(long, env = "TENSORPORT_INTER_OP_THREADS", default_value_t = 1)]
     pub inter_op_threads: usize,
 

@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
+use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
+use tensorport::backend::RuntimeThreads;
 use tensorport::config::{Cli, Command, ConfigError, ServeArgs};
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
@@ -64,6 +65,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     .ok_or(onnx_library::HOW_TO_GET_IT)?;
     let onnx = OnnxRuntime::load(&library).map_err(|err| err.to_string())?;
     tracing::info!(library = %library.display(), "ONNX Runtime loaded");
+    let threads = RuntimeThreads {
+        intra_op: args.intra_op_threads,
+        inter_op: args.inter_op_threads,
+    };
+    // Before anything runs: LibTorch sizes its process-wide pools once.
+    #[cfg(feature = "torch")]
+    tensorport::backend::torch::configure_process(threads).map_err(|err| err.to_string())?;
 
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if args.worker_threads > 0 {
@@ -77,10 +85,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx,
-            onnx_threads: OnnxThreads {
-                intra_op: args.intra_op_threads,
-                inter_op: args.inter_op_threads,
-            },
+            threads,
             default_batching: args.batch_settings(),
             metrics: metrics.clone(),
         };

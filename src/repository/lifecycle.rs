@@ -378,9 +378,10 @@ impl ModelRepository {
         };
         let loader = self.loader.clone();
         let task_folder = folder.clone();
+        let task_config = config.clone();
         let name = model.to_owned();
         let loaded = tokio::task::spawn_blocking(move || {
-            let backend = loader.load(&task_folder).map_err(|err| err.to_string())?;
+            let backend = loader.load(&task_folder, &task_config).map_err(|err| err.to_string())?;
             // A warmup file is the model's own warmup: it replaces the generated one.
             let replayed = match warmup_log::find(&task_folder.path) {
                 Some(file) => {

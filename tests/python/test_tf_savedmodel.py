@@ -1,10 +1,9 @@
-"""TensorFlow SavedModels (`--features tensorflow`), end to end: tests/models/ranker_tf, the ranking
-MLP of examples/models/ranker rebuilt in TensorFlow by scripts/make_tf_fixtures.py, served through
-TF Serving gRPC and REST, KServe HTTP and gRPC, shared memory and dynamic batching. Outputs must
-match TensorFlow's own, committed in tests/models/ranker_tf/reference.json, to 1e-5.
-
-Also: both signature defs are listed and selectable with `signature_name`; an unknown signature,
-a wrong dtype or shape are INVALID_ARGUMENT / 400; the SavedModel's warmup file is replayed at
+"""What only TensorFlow SavedModels (`--features tensorflow`) have, end to end on
+tests/models/ranker_tf (the ranking MLP of examples/models/ranker rebuilt in TensorFlow by
+scripts/make_tf_fixtures.py; test_conformance.py checks it over every API like the other formats):
+several signature defs, listed in the metadata and selectable with `signature_name` over gRPC and
+REST, with outputs equal to TensorFlow's own (reference.json) to 1e-5; an unknown signature, a
+wrong dtype or shape are INVALID_ARGUMENT / 400; the warmup file in assets.extra is replayed at
 load, and a corrupt one fails that version's load while the serving version keeps serving."""
 
 from __future__ import annotations
@@ -12,39 +11,37 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 import numpy as np
 import pytest
 import requests
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
-import tritonclient.utils.shared_memory as shm
 from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2
-from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from kserve_util import ShmRegions
 from tensorport_server import TEST_MODELS, read_log, start_server
 from tfs import make_ndarray, make_tensor_proto
 
 MODEL = "ranker_tf"
 SOURCE = TEST_MODELS / MODEL
 REFERENCE = json.loads((SOURCE / "reference.json").read_text())
-FEATURES = np.array(REFERENCE["inputs"]["features"], dtype=np.float32)
-SCORE = np.array(REFERENCE["signatures"]["serving_default"]["outputs"]["score"], dtype=np.float32)
-LOGIT = np.array(REFERENCE["signatures"]["logits"]["outputs"]["logit"], dtype=np.float32)
+
+
+def committed(entry: dict) -> np.ndarray:
+    return np.array(entry["data"], dtype=entry["dtype"]).reshape(entry["shape"])
+
+
+FEATURES = committed(REFERENCE["inputs"]["features"])
+SCORE = committed(REFERENCE["outputs"]["score"])
+LOGIT = committed(REFERENCE["outputs"]["logit"])
 TOL = dict(rtol=1e-5, atol=1e-5)
 WARMUP_FILE = Path("assets.extra") / "tf_serving_warmup_requests"
 
 
-def grpc_predict(stub, signature: str = "", features=FEATURES, **spec):
+def grpc_predict(stub, signature: str = "", features=FEATURES):
     request = predict_pb2.PredictRequest()
     request.model_spec.name = MODEL
     request.model_spec.signature_name = signature
-    for key, value in spec.items():
-        setattr(request.model_spec, key, value)
     request.inputs["features"].CopyFrom(make_tensor_proto(features))
     return stub.Predict(request, timeout=10)
 
@@ -78,7 +75,7 @@ def test_rest_predict_matches_tensorflow(rest_url):
     np.testing.assert_allclose(np.array(columns.json()["outputs"], dtype=np.float32), LOGIT, **TOL)
 
 
-def test_metadata_lists_both_signatures(model_stub, prediction_stub, rest_url):
+def test_metadata_lists_both_signatures(prediction_stub, rest_url):
     request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
     request.model_spec.name = MODEL
     reply = prediction_stub.GetModelMetadata(request, timeout=10)
@@ -128,72 +125,12 @@ def test_wrong_dtype_or_shape_is_invalid_argument(prediction_stub, rest_url):
     assert "features" in response.json()["error"]
 
 
-# ------------------------------------------------------------------ KServe HTTP and gRPC
-
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_kserve_infer_matches_tensorflow(protocol, triton_http, triton_grpc):
-    client, lib = (triton_http, httpclient) if protocol == "http" else (triton_grpc, grpcclient)
-    features = lib.InferInput("features", list(FEATURES.shape), "FP32")
-    features.set_data_from_numpy(FEATURES)
-    result = client.infer(MODEL, [features], outputs=[lib.InferRequestedOutput("score")])
-    np.testing.assert_allclose(result.as_numpy("score"), SCORE, **TOL)
-
-
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_kserve_shared_memory_inputs_and_outputs(protocol, triton_http, triton_grpc):
-    client, lib = (triton_http, httpclient) if protocol == "http" else (triton_grpc, grpcclient)
-    regions = ShmRegions()
-    try:
-        in_name, in_key, in_handle = regions.create(FEATURES.nbytes, "tf_in")
-        out_name, out_key, out_handle = regions.create(SCORE.nbytes, "tf_out")
-        regions.register(client, in_name, in_key, FEATURES.nbytes)
-        regions.register(client, out_name, out_key, SCORE.nbytes)
-        shm.set_shared_memory_region(in_handle, [FEATURES])
-        features = lib.InferInput("features", list(FEATURES.shape), "FP32")
-        features.set_shared_memory(in_name, FEATURES.nbytes)
-        score = lib.InferRequestedOutput("score")
-        score.set_shared_memory(out_name, SCORE.nbytes)
-        client.infer(MODEL, [features], outputs=[score])
-        got = shm.get_contents_as_numpy(out_handle, np.float32, list(SCORE.shape))
-        np.testing.assert_allclose(got, SCORE, **TOL)
-    finally:
-        errors = regions.close()
-    assert not errors, errors
-
-
 # ------------------------------------------------------------------ servers of their own
 
 def copy_model(models: Path, version: int = 1) -> Path:
     target = models / MODEL / str(version)
     shutil.copytree(SOURCE / "1", target)
     return target
-
-
-def test_concurrent_requests_are_batched_and_match_tensorflow(tmp_path):
-    models = tmp_path / "models"
-    copy_model(models)
-    (models / MODEL / "config.toml").write_text("[batching]\nmax_batch_size = 16\nmax_queue_delay_us = 20000\n")
-    server = start_server(models, tmp_path / "server.log")
-    try:
-        channel = grpc.insecure_channel(server.grpc_target)
-        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        requests_sent = 32
-
-        def one(i: int) -> np.ndarray:
-            row = FEATURES[i % len(FEATURES)][None, :]
-            return make_ndarray(grpc_predict(stub, features=row).outputs["score"])
-
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            got = list(pool.map(one, range(requests_sent)))
-        channel.close()
-        for i, score in enumerate(got):
-            np.testing.assert_allclose(score, SCORE[i % len(FEATURES)][None, :], **TOL)
-        stats = requests.get(f"{server.rest_url}/v2/models/{MODEL}/stats", timeout=5).json()["model_stats"][0]
-        sizes = {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
-        assert max(sizes) > 1, sizes
-        assert stats["execution_count"] < requests_sent
-    finally:
-        server.stop()
 
 
 def test_the_warmup_file_is_replayed_at_load(tmp_path):

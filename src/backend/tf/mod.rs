@@ -12,7 +12,7 @@ use std::path::Path;
 
 use tensorflow::{Code, Graph, SavedModelBundle, Session, SessionOptions, SessionRunArgs, Status};
 
-use super::{Backend, BackendError, NamedTensor, Signature};
+use super::{Backend, BackendError, NamedTensor, RuntimeThreads, Signature};
 use signatures::Binding;
 use tensors::Feed;
 
@@ -33,16 +33,18 @@ pub struct TfModel {
 }
 
 impl TfModel {
-    /// Loads the SavedModel in `dir` with `intra_op` / `inter_op` threads (0: TensorFlow's
-    /// choice). Blocks.
-    pub fn load(dir: &Path, intra_op: usize, inter_op: usize) -> Result<Self, BackendError> {
+    /// Loads the SavedModel in `dir` with `threads` (0: TensorFlow's choice). Blocks.
+    pub fn load(dir: &Path, threads: RuntimeThreads) -> Result<Self, BackendError> {
         let load_error = |message: String| BackendError::Load {
             path: dir.display().to_string(),
             message,
         };
         let mut options = SessionOptions::new();
         options
-            .set_config(&session_config::thread_config(intra_op, inter_op))
+            .set_config(&session_config::thread_config(
+                threads.intra_op,
+                threads.inter_op,
+            ))
             .map_err(|status| load_error(status.to_string()))?;
         let mut graph = Graph::new();
         let bundle = SavedModelBundle::load(&options, [SERVE_TAG], &mut graph, dir)
