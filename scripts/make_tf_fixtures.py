@@ -13,6 +13,11 @@ serves the same function.
                                                     for ranker_inputs(), the rows every format's
                                                     conformance check uses
 
+  tests/models/tf_echo/1/                           SavedModel whose signatures check types and
+      echo_<dtype>: x -> y, y = x, [-1, -1]         errors: one echo per dtype the server carries
+      lookup: ids int64[-1] -> values f32[-1]       a gather from a 10-entry table, so an id out
+                                                    of range fails inside TensorFlow at run time
+
 It needs TensorFlow, which CI never installs; the outputs are committed. To regenerate, run
 `make tf-fixtures` (TensorFlow goes into .cache/tf-python).
 """
@@ -34,6 +39,10 @@ REPO = Path(__file__).resolve().parent.parent
 ONNX_RANKER = REPO / "examples" / "models" / "ranker" / "1" / "model.onnx"
 OUT = REPO / "tests" / "models" / "ranker_tf"
 VERSION_DIR = OUT / "1"
+ECHO_DIR = REPO / "tests" / "models" / "tf_echo" / "1"
+ECHO_DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+               "float16", "float32", "float64", "string"]
+LOOKUP_TABLE = np.arange(10, dtype=np.float32) * 1.5
 WARMUP_FILE = VERSION_DIR / "assets.extra" / "tf_serving_warmup_requests"
 FEATURES = 16
 
@@ -59,6 +68,26 @@ class Ranker(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, FEATURES], tf.float32, name="features")])
     def logits(self, features):
         return {"logit": self._logit(features)}
+
+
+class Echo(tf.Module):
+    """One identity signature per dtype, and a table lookup that can fail at run time."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = tf.Variable(LOOKUP_TABLE, name="table")
+
+    def signatures(self) -> dict:
+        out = {}
+        for name in ECHO_DTYPES:
+            spec = tf.TensorSpec([None, None], tf.as_dtype(name), name="x")
+            out[f"echo_{name}"] = tf.function(lambda x: {"y": tf.identity(x)}, input_signature=[spec])
+        out["lookup"] = tf.function(
+            lambda ids: {"values": tf.gather(self.table, ids)},
+            input_signature=[tf.TensorSpec([None], tf.int64, name="ids")],
+        )
+        out["serving_default"] = out["echo_float32"]
+        return out
 
 
 def onnx_weights() -> dict[str, np.ndarray]:
@@ -120,6 +149,10 @@ def main() -> None:
         signatures={"serving_default": ranker.score, "logits": ranker.logits},
     )
     warmup_count = write_warmup()
+    echo = Echo()
+    if ECHO_DIR.exists():
+        shutil.rmtree(ECHO_DIR)
+    tf.saved_model.save(echo, str(ECHO_DIR), signatures=echo.signatures())
 
     # The reference comes from the saved files, loaded back the way a server loads them.
     loaded = tf.saved_model.load(str(VERSION_DIR), tags=["serve"])

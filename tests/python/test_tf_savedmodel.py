@@ -4,7 +4,9 @@ scripts/make_tf_fixtures.py; test_conformance.py checks it over every API like t
 several signature defs, listed in the metadata and selectable with `signature_name` over gRPC and
 REST, with outputs equal to TensorFlow's own (reference.json) to 1e-5; an unknown signature, a
 wrong dtype or shape are INVALID_ARGUMENT / 400; the warmup file in assets.extra is replayed at
-load, and a corrupt one fails that version's load while the serving version keeps serving."""
+load, and a corrupt one fails that version's load while the serving version keeps serving.
+tests/models/tf_echo carries one identity signature per dtype and a lookup that TensorFlow
+itself refuses for an id out of range: that error answers its request only."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import requests
 from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2
 
 from tensorport_server import TEST_MODELS, read_log, start_server
-from tfs import make_ndarray, make_tensor_proto
+from tfs import ECHO_TYPES, assert_close, echo_values, make_ndarray, make_tensor_proto
 
 MODEL = "ranker_tf"
 SOURCE = TEST_MODELS / MODEL
@@ -123,6 +125,43 @@ def test_wrong_dtype_or_shape_is_invalid_argument(prediction_stub, rest_url):
     response = rest_predict(rest_url, {"instances": FEATURES[:, :15].tolist()})
     assert response.status_code == 400
     assert "features" in response.json()["error"]
+
+
+# ------------------------------------------------------------------ dtypes and run-time errors
+
+def echo(stub, signature: str, name: str, value, dtype: str | None = None):
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "tf_echo"
+    request.model_spec.signature_name = signature
+    request.inputs[name].CopyFrom(make_tensor_proto(value, dtype))
+    return stub.Predict(request, timeout=10)
+
+
+@pytest.mark.parametrize("dtype", ECHO_TYPES)
+def test_every_dtype_round_trips(prediction_stub, dtype):
+    # The TensorFlow crate carries strings as Rust Strings: text only (see the next test).
+    values = echo_values(dtype, for_json=True) if dtype == "string" else echo_values(dtype)
+    reply = echo(prediction_stub, f"echo_{dtype}", "x", values, dtype)
+    assert_close(make_ndarray(reply.outputs["y"]), values, dtype)
+
+
+def test_a_binary_string_is_invalid_argument(prediction_stub):
+    with pytest.raises(grpc.RpcError) as err:
+        echo(prediction_stub, "echo_string", "x", echo_values("string"), "string")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "UTF-8" in err.value.details()
+
+
+def test_a_runtime_error_fails_only_its_request(prediction_stub):
+    ids = np.array([1, 9], dtype=np.int64)
+    reply = echo(prediction_stub, "lookup", "ids", ids)
+    np.testing.assert_array_equal(make_ndarray(reply.outputs["values"]), ids.astype(np.float32) * 1.5)
+    with pytest.raises(grpc.RpcError) as err:
+        echo(prediction_stub, "lookup", "ids", np.array([3, 42], dtype=np.int64))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "42" in err.value.details()
+    reply = echo(prediction_stub, "lookup", "ids", ids)
+    np.testing.assert_array_equal(make_ndarray(reply.outputs["values"]), ids.astype(np.float32) * 1.5)
 
 
 # ------------------------------------------------------------------ servers of their own
