@@ -36,7 +36,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Model repository: DIR/<model>/<version>/model.onnx.
+    /// Model repository: DIR/<model>/<version>/model.onnx (or model.pt, TorchScript).
     #[arg(long, env = "TENSORPORT_MODEL_DIR", value_name = "DIR")]
     pub model_dir: Option<PathBuf>,
 
