@@ -36,7 +36,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Model repository: DIR/<model>/<version>/model.onnx (or model.pt, TorchScript).
+    /// Model repository: DIR/<model>/<version>/model.onnx (or model.pt, TorchScript, or
+    /// saved_model.pb, TensorFlow).
     #[arg(long, env = "TENSORPORT_MODEL_DIR", value_name = "DIR")]
     pub model_dir: Option<PathBuf>,
 
@@ -62,7 +63,7 @@ pub struct ServeArgs {
     pub intra_op_threads: usize,
 
     /// Threads a runtime uses to run independent operators (0: runtime default); config.toml's
-    /// [runtime] overrides it per ONNX model (LibTorch has one such pool per process).
+    /// [runtime] overrides it per ONNX or TensorFlow model (LibTorch has one such pool per process).
     #[arg(long, env = "TENSORPORT_INTER_OP_THREADS", default_value_t = 1)]
     pub inter_op_threads: usize,
 
