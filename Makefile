@@ -76,8 +76,9 @@ $(PERF_ANALYZER): scripts/setup-perf-analyzer.sh
 	scripts/setup-perf-analyzer.sh $(dir $(PERF_ANALYZER)) $(PYTHON)
 
 ## bench: release build, then the benchmarks (figures go to docs/BENCHMARKS.md by hand)
-bench: venv perf-analyzer release
+bench: venv perf-analyzer release $(call native_libs,$(ALL_FEATURES))
 	cargo bench --bench shm_vs_inline
+	cargo bench $(call cargo_features,$(ALL_FEATURES)) --bench backends
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
 
 build: $(call native_libs,$(FEATURES))

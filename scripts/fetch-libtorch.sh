@@ -36,13 +36,13 @@ rm -rf "$DEST"
 UNPACK="$DEST.unpack"
 rm -rf "$UNPACK"
 mkdir -p "$UNPACK"
-unzip -q -o "$WHEELS"/torch-"$TORCH_VERSION"-*.whl 'torch/include/*' \
-    'torch/lib/libtorch_cpu.so' 'torch/lib/libtorch.so' 'torch/lib/libc10.so' \
-    'torch/lib/libgomp.so*' -d "$UNPACK"
-unzip -q -o "$WHEELS"/nvidia_cuda_runtime-"$CUDART_VERSION"-*.whl \
-    'nvidia/cu13/lib/libcudart.so.13' -d "$UNPACK"
-unzip -q -o "$WHEELS"/nvidia_cuda_cupti-"$CUPTI_VERSION"-*.whl \
-    'nvidia/cu13/lib/libcupti.so.13' -d "$UNPACK"
+EXTRACT="$PYTHON $(dirname "$0")/wheel_extract.py"
+$EXTRACT "$WHEELS"/torch-"$TORCH_VERSION"-*.whl "$UNPACK" torch/include/ \
+    torch/lib/libtorch_cpu.so torch/lib/libtorch.so torch/lib/libc10.so torch/lib/libgomp.so
+$EXTRACT "$WHEELS"/nvidia_cuda_runtime-"$CUDART_VERSION"-*.whl "$UNPACK" \
+    nvidia/cu13/lib/libcudart.so.13
+$EXTRACT "$WHEELS"/nvidia_cuda_cupti-"$CUPTI_VERSION"-*.whl "$UNPACK" \
+    nvidia/cu13/lib/libcupti.so.13
 
 mkdir -p "$DEST/lib"
 mv "$UNPACK/torch/include" "$DEST/include"

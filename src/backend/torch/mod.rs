@@ -121,7 +121,11 @@ impl Backend for TorchModel {
             })
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(n) = self.intra_op {
-            tch::set_num_threads(n);
+            // A thread's first LibTorch call resets its count to the process default; reading
+            // it first makes that happen before this model's count is set, not after.
+            if tch::get_num_threads() != n {
+                tch::set_num_threads(n);
+            }
         }
         let returned = tch::no_grad(|| self.module.forward_is(&args))
             .map_err(|err| BackendError::Runtime(format!("forward() failed: {err}")))?;
@@ -154,4 +158,38 @@ fn positive_i32(threads: usize) -> Result<Option<i32>, BackendError> {
     i32::try_from(threads)
         .map(Some)
         .map_err(|_| BackendError::Runtime(format!("{threads} threads is too many")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier};
+
+    /// What per-model intra-op threads rely on: a count set on one thread holds there while
+    /// another thread sets a different one.
+    #[test]
+    fn intra_op_threads_belong_to_the_calling_thread() {
+        let barrier = Arc::new(Barrier::new(2));
+        let threads: Vec<_> = [1, 3]
+            .into_iter()
+            .map(|n| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    if tch::get_num_threads() != n {
+                        tch::set_num_threads(n);
+                    }
+                    barrier.wait();
+                    let product =
+                        tch::Tensor::ones([64, 64], (tch::Kind::Float, tch::Device::Cpu)).matmul(
+                            &tch::Tensor::ones([64, 64], (tch::Kind::Float, tch::Device::Cpu)),
+                        );
+                    drop(product);
+                    (n, tch::get_num_threads())
+                })
+            })
+            .collect();
+        for thread in threads {
+            let (wanted, got) = thread.join().expect("the thread ran");
+            assert_eq!(got, wanted);
+        }
+    }
 }
