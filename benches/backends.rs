@@ -2,8 +2,8 @@
 //! call of the backend in-process, next to the throughput of the server answering KServe gRPC
 //! requests for it. The difference is what serving costs (protocol, validation, queueing).
 //!
-//! `make libtorch venv && cargo bench --features torch --bench backends`. The server runs
-//! in-process on loopback with one intra-op thread per model; client and server share the
+//! `make libtorch libtensorflow venv && cargo bench --features "torch tensorflow" --bench
+//! backends`. The server runs in-process on loopback with one intra-op thread per model; client and server share the
 //! machine. A new format is one more row in `FORMATS`.
 
 use std::path::{Path, PathBuf};
@@ -32,7 +32,7 @@ struct Format {
     folder: &'static str,
 }
 
-const FORMATS: [Format; 2] = [
+const FORMATS: [Format; 3] = [
     Format {
         name: "onnx",
         folder: "examples/models/ranker",
@@ -40,6 +40,10 @@ const FORMATS: [Format; 2] = [
     Format {
         name: "torchscript",
         folder: "tests/models/ranker_torch",
+    },
+    Format {
+        name: "savedmodel",
+        folder: "tests/models/ranker_tf",
     },
 ];
 
