@@ -35,16 +35,9 @@ mkdir -p "$WHEELS"
 "$PY" -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
     --python-version 3.11 -d "$WHEELS" "tensorflow-cpu==$VERSION"
 
-"$PY" - "$WHEELS" "$DEST" <<'EOF'
-import glob, os, shutil, sys, zipfile
-wheels, dest = sys.argv[1], sys.argv[2]
-(wheel,) = glob.glob(os.path.join(wheels, "tensorflow_cpu-*.whl"))
-with zipfile.ZipFile(wheel) as archive:
-    for name in ("libtensorflow_cc.so.2", "libtensorflow_framework.so.2"):
-        with archive.open("tensorflow/" + name) as src, open(os.path.join(dest, name), "wb") as out:
-            shutil.copyfileobj(src, out, 1 << 20)
-        os.chmod(os.path.join(dest, name), 0o755)
-EOF
+"$PY" "$(dirname "$0")/wheel_extract.py" "$WHEELS"/tensorflow_cpu-"$VERSION"-*.whl "$WHEELS" \
+    tensorflow/libtensorflow_cc.so.2 tensorflow/libtensorflow_framework.so.2
+mv "$WHEELS"/tensorflow/libtensorflow_cc.so.2 "$WHEELS"/tensorflow/libtensorflow_framework.so.2 "$DEST"/
 rm -rf "$WHEELS"
 
 ln -sf libtensorflow_cc.so.2 "$DEST/libtensorflow.so"
