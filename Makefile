@@ -8,6 +8,17 @@ PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
 MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
+# Optional backends for `make serve`/`release`: e.g. FEATURES=torch (TorchScript; fetches
+# LibTorch, about 490 MB, into .cache/libtorch) or FEATURES=tensorflow (SavedModels; fetches
+# TensorFlow's C API, about 560 MB, into .cache/libtensorflow). ONNX is always built.
+FEATURES ?=
+# Every optional backend: what `make test`, `make lint` and `make serve-all` build.
+ALL_FEATURES := torch tensorflow
+LIBTORCH := .cache/libtorch
+LIBTENSORFLOW := .cache/libtensorflow
+# The native libraries the chosen features need, fetched before cargo runs.
+native_libs = $(if $(filter torch,$(1)),libtorch) $(if $(filter tensorflow,$(1)),libtensorflow)
+cargo_features = $(if $(strip $(1)),--features "$(strip $(1))")
 
 K8S_VERSION ?= 1.30.0
 K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/hpa.yaml \
@@ -16,17 +27,22 @@ K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/h
 # apt-get needs root; elsewhere it runs under sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: serve test venv build release lint fmt models perf-analyzer bench bench-overload clean tools deploy-check
+.PHONY: serve serve-all test venv build release lint fmt models torch-fixtures tf-fixtures \
+	perf-analyzer bench bench-overload clean tools deploy-check libtorch libtensorflow
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
 	target/release/tensorport serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
 
+## serve-all: `make serve` with every backend (ONNX, TorchScript, TensorFlow)
+serve-all:
+	$(MAKE) serve FEATURES="$(ALL_FEATURES)"
+
 ## test: unit and integration tests (Rust), then the end-to-end suites against the real binary
 ## (the server's, including the OpenAPI checks and schemathesis, then the Python client's)
-test: venv perf-analyzer deploy-check
-	cargo build --bins
-	cargo test
+test: venv perf-analyzer deploy-check $(call native_libs,$(ALL_FEATURES))
+	cargo build --bins $(call cargo_features,$(ALL_FEATURES))
+	cargo test $(call cargo_features,$(ALL_FEATURES))
 	cargo test -p tensorport-client
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
 	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
@@ -63,8 +79,9 @@ $(PERF_ANALYZER): scripts/setup-perf-analyzer.sh
 	scripts/setup-perf-analyzer.sh $(dir $(PERF_ANALYZER)) $(PYTHON)
 
 ## bench: release build, then the benchmarks (figures go to docs/BENCHMARKS.md by hand)
-bench: venv perf-analyzer release
+bench: venv perf-analyzer release $(call native_libs,$(ALL_FEATURES))
 	cargo bench --bench shm_vs_inline
+	cargo bench $(call cargo_features,$(ALL_FEATURES)) --bench backends
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
 
 ## bench-overload: about 4x capacity for 20 s with overload protection on and off (server on
@@ -73,16 +90,28 @@ bench-overload: release
 	cargo bench --bench overload --no-run
 	taskset -c 1 cargo bench --bench overload
 
-build:
-	cargo build
+build: $(call native_libs,$(FEATURES))
+	cargo build $(call cargo_features,$(FEATURES))
 
-release:
-	cargo build --release
+release: $(call native_libs,$(FEATURES))
+	cargo build --release $(call cargo_features,$(FEATURES))
 
-## lint: formatting and clippy, as CI runs them
-lint:
+## libtorch: LibTorch 2.13.0 for the torch feature, from PyPI wheels into .cache/libtorch (once)
+libtorch:
+	scripts/fetch-libtorch.sh $(LIBTORCH)
+
+## libtensorflow: TensorFlow 2.13's C API for the tensorflow feature, from the tensorflow-cpu
+## wheel into .cache/libtensorflow (once)
+libtensorflow: $(LIBTENSORFLOW)/.complete
+
+$(LIBTENSORFLOW)/.complete: scripts/fetch-libtensorflow.sh
+	scripts/fetch-libtensorflow.sh $(LIBTENSORFLOW) $(PYTHON)
+	touch $@
+
+## lint: formatting and clippy, as CI runs them (with every backend, so all code is checked)
+lint: $(call native_libs,$(ALL_FEATURES))
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets $(call cargo_features,$(ALL_FEATURES)) -- -D warnings
 
 fmt:
 	cargo fmt --all
@@ -90,6 +119,19 @@ fmt:
 ## models: regenerate the example and test models
 models: venv
 	$(PY) scripts/make_example_models.py
+
+## torch-fixtures: regenerate the TorchScript test models (installs PyTorch in .cache/torch-venv)
+torch-fixtures:
+	$(PYTHON) -m venv .cache/torch-venv
+	.cache/torch-venv/bin/pip install -q torch==2.13.0 onnx==1.23.2 onnxruntime==1.31.1 numpy
+	.cache/torch-venv/bin/python scripts/make_torch_fixtures.py
+
+## tf-fixtures: regenerate the SavedModel test model (installs TensorFlow in .cache/tf-python)
+tf-fixtures:
+	$(PYTHON) -m venv .cache/tf-python
+	.cache/tf-python/bin/pip install -q tensorflow-cpu==2.13.0 onnx
+	.cache/tf-python/bin/pip install -q --no-deps tensorflow-serving-api==2.13.0
+	.cache/tf-python/bin/python scripts/make_tf_fixtures.py
 
 clean:
 	cargo clean

@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
+use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
+use tensorport::backend::RuntimeThreads;
 use tensorport::batcher::BatchSettings;
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
@@ -93,7 +94,7 @@ async fn start_server(root: &Path) -> BenchResult<String> {
     let metrics = Arc::new(Metrics::new());
     let loader = Loader {
         onnx: OnnxRuntime::load(&library)?,
-        onnx_threads: OnnxThreads {
+        threads: RuntimeThreads {
             intra_op: 1,
             inter_op: 1,
         },

@@ -54,6 +54,8 @@ OFFICIAL_MODULES = [
     "tensorflow_serving.apis.inference_pb2",
     "tensorflow_serving.apis.input_pb2",
     "tensorflow_serving.apis.status_pb2",
+    "tensorflow_serving.apis.logging_pb2",
+    "tensorflow_serving.apis.prediction_log_pb2",
     "tensorflow_serving.config.model_server_config_pb2",
     "tensorflow_serving.config.file_system_storage_path_source_pb2",
     "tensorflow_serving.config.logging_config_pb2",
@@ -94,6 +96,13 @@ REQUIRED_FILES = {
     "tensorflow_serving/apis/inference.proto": "*",
     "tensorflow_serving/apis/input.proto": "*",
     "tensorflow_serving/apis/status.proto": "*",
+    "tensorflow_serving/apis/logging.proto": "*",
+    # SessionRunLog would pull in TensorFlow's session protos; warmup replays predict logs.
+    "tensorflow_serving/apis/prediction_log.proto": {
+        "tensorflow.serving.ClassifyLog", "tensorflow.serving.RegressLog",
+        "tensorflow.serving.PredictLog", "tensorflow.serving.PredictStreamedLog",
+        "tensorflow.serving.MultiInferenceLog", "tensorflow.serving.PredictionLog",
+    },
     "tensorflow_serving/config/model_server_config.proto": "*",
     "tensorflow_serving/config/file_system_storage_path_source.proto": "*",
     "tensorflow_serving/config/logging_config.proto": "*",
@@ -115,6 +124,8 @@ ALLOWED_OMISSIONS = {
     # Would pull in TypeSpecProto / StructuredValue (struct.proto) and more.
     "tensorflow.TensorInfo.composite_tensor",
     "tensorflow.TensorInfo.CompositeTensor",
+    # The log of a SessionRun call (see prediction_log.proto).
+    "tensorflow.serving.PredictionLog.session_run_log",
 }
 
 # Types that must exist in our tree with this exact full name, whatever file

@@ -41,7 +41,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
-    /// Model repository: DIR/<model>/<version>/model.onnx.
+    /// Model repository: DIR/<model>/<version>/model.onnx (or model.pt, TorchScript, or
+    /// saved_model.pb, TensorFlow).
     #[arg(long, env = "TENSORPORT_MODEL_DIR", value_name = "DIR")]
     pub model_dir: Option<PathBuf>,
 
@@ -61,11 +62,13 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_ORT_LIBRARY", value_name = "FILE")]
     pub ort_library: Option<PathBuf>,
 
-    /// Threads ONNX Runtime uses inside one operator (0: one per core).
+    /// Threads a runtime uses inside one operator (0: one per core); config.toml's [runtime]
+    /// overrides it per model.
     #[arg(long, env = "TENSORPORT_INTRA_OP_THREADS", default_value_t = 1)]
     pub intra_op_threads: usize,
 
-    /// Threads ONNX Runtime uses to run independent operators (0: runtime default).
+    /// Threads a runtime uses to run independent operators (0: runtime default); config.toml's
+    /// [runtime] overrides it per ONNX or TensorFlow model (LibTorch has one such pool per process).
     #[arg(long, env = "TENSORPORT_INTER_OP_THREADS", default_value_t = 1)]
     pub inter_op_threads: usize,
 

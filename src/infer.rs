@@ -148,7 +148,7 @@ impl InferService {
 }
 
 /// Every input of the signature present once, none unknown, dtype and shape compatible.
-fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), Error> {
+pub(crate) fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), Error> {
     let mut seen = HashSet::new();
     for (name, tensor) in inputs {
         let spec = sig
@@ -183,7 +183,7 @@ fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), Error> {
 }
 
 /// The outputs to return: the filter, checked, or every output of the signature.
-fn select_outputs(sig: &Signature, filter: Vec<String>) -> Result<Vec<String>, Error> {
+pub(crate) fn select_outputs(sig: &Signature, filter: Vec<String>) -> Result<Vec<String>, Error> {
     if filter.is_empty() {
         return Ok(sig.outputs.iter().map(|spec| spec.name.clone()).collect());
     }

@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
+use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
+use tensorport::backend::RuntimeThreads;
 use tensorport::config::{Cli, Command, ConfigError, LogFormat, ServeArgs};
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
@@ -32,6 +33,8 @@ fn main() -> ExitCode {
     };
     let Command::Serve(args) = cli.command;
     init_logging(args.log_format);
+    #[cfg(feature = "tensorflow")]
+    give_each_tensorflow_model_its_own_threads();
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -73,6 +76,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     .ok_or(onnx_library::HOW_TO_GET_IT)?;
     let onnx = OnnxRuntime::load(&library).map_err(|err| err.to_string())?;
     tracing::info!(library = %library.display(), "ONNX Runtime loaded");
+    let threads = RuntimeThreads {
+        intra_op: args.intra_op_threads,
+        inter_op: args.inter_op_threads,
+    };
+    // Before anything runs: LibTorch sizes its process-wide pools once.
+    #[cfg(feature = "torch")]
+    tensorport::backend::torch::configure_process(threads).map_err(|err| err.to_string())?;
 
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if args.worker_threads > 0 {
@@ -86,10 +96,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx,
-            onnx_threads: OnnxThreads {
-                intra_op: args.intra_op_threads,
-                inter_op: args.inter_op_threads,
-            },
+            threads,
             default_batching: args.batch_settings(),
             metrics: metrics.clone(),
         };
@@ -157,6 +164,18 @@ fn local(listener: &tokio::net::TcpListener) -> String {
         .local_addr()
         .map(|addr| addr.to_string())
         .unwrap_or_else(|_| "?".into())
+}
+
+/// TensorFlow sizes one process-wide intra-op pool from the first session it creates, which
+/// would make every later model's `intra_op` setting a no-op; this variable (read once, when
+/// the first session starts) gives each session a pool of its own size. Set here, before any
+/// thread exists, unless the operator chose otherwise.
+#[cfg(feature = "tensorflow")]
+fn give_each_tensorflow_model_its_own_threads() {
+    const OVERRIDE_GLOBAL_THREADPOOL: &str = "TF_OVERRIDE_GLOBAL_THREADPOOL";
+    if std::env::var_os(OVERRIDE_GLOBAL_THREADPOOL).is_none() {
+        std::env::set_var(OVERRIDE_GLOBAL_THREADPOOL, "1");
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

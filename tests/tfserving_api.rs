@@ -7,8 +7,8 @@ mod common;
 
 use common::{onnx_runtime, repo_path, TestResult, TestServer};
 use serde_json::{json, Value};
-use tensorport::backend::onnx::OnnxThreads;
 use tensorport::backend::Backend;
+use tensorport::backend::RuntimeThreads;
 use tensorport::proto::tensorflow::serving::{
     model_service_client::ModelServiceClient, model_spec::VersionChoice,
     prediction_service_client::PredictionServiceClient, GetModelMetadataRequest,
@@ -30,7 +30,7 @@ fn reference_scores(values: &[f32], rows: usize) -> Vec<f32> {
     let model = onnx_runtime()
         .load_model(
             &repo_path("examples/models/ranker/2/model.onnx"),
-            OnnxThreads::default(),
+            RuntimeThreads::default(),
         )
         .expect("ranker loads");
     let signature = model.signatures()[0].clone();

@@ -8,6 +8,10 @@ pub mod onnx;
 pub mod onnx_library;
 mod onnx_raw;
 mod signature;
+#[cfg(feature = "tensorflow")]
+pub mod tf;
+#[cfg(feature = "torch")]
+pub mod torch;
 
 pub use signature::{Signature, TensorSpec, DEFAULT_SIGNATURE};
 
@@ -17,6 +21,15 @@ use bytes::Bytes;
 
 use crate::error::ErrorKind;
 use crate::tensor::Tensor;
+
+/// Thread settings of a model's runtime; 0 leaves the choice to the runtime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuntimeThreads {
+    /// Threads that share the work of one operator.
+    pub intra_op: usize,
+    /// Threads that run independent operators at the same time.
+    pub inter_op: usize,
+}
 
 /// A named tensor, as inputs and outputs travel through a backend.
 pub type NamedTensor = (String, Tensor);

@@ -18,17 +18,10 @@ use ort::value::{
 
 use super::onnx_raw;
 use super::{
-    Backend, BackendError, NamedTensor, OutputMemory, OutputTarget, Signature, TensorSpec,
-    DEFAULT_SIGNATURE,
+    Backend, BackendError, NamedTensor, OutputMemory, OutputTarget, RuntimeThreads, Signature,
+    TensorSpec, DEFAULT_SIGNATURE,
 };
 use crate::tensor::{DataType, DecodeError, Element, Tensor};
-
-/// Thread settings for one session; 0 leaves the choice to ONNX Runtime.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct OnnxThreads {
-    pub intra_op: usize,
-    pub inter_op: usize,
-}
 
 /// The loaded ONNX Runtime library and its environment. ONNX Runtime allows one environment
 /// per process: create this once (in `main`, or once per test binary) and clone it.
@@ -51,7 +44,11 @@ impl OnnxRuntime {
     }
 
     /// Loads the model file at `path` and reads its signature.
-    pub fn load_model(&self, path: &Path, threads: OnnxThreads) -> Result<OnnxModel, BackendError> {
+    pub fn load_model(
+        &self,
+        path: &Path,
+        threads: RuntimeThreads,
+    ) -> Result<OnnxModel, BackendError> {
         let load_error = |message: String| BackendError::Load {
             path: path.display().to_string(),
             message,

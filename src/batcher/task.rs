@@ -50,8 +50,9 @@ struct Waiter {
     span: Span,
 }
 
-/// Per-request outputs, in batch order, or why the whole batch failed.
-type Outcome = Result<Vec<Vec<NamedTensor>>, Failure>;
+/// Per-request outputs (or that request's own failure), in batch order, or why the whole batch
+/// failed.
+type Outcome = Result<Vec<Result<Vec<NamedTensor>, Failure>>, Failure>;
 
 enum Failure {
     Backend(BackendError),
@@ -299,7 +300,9 @@ impl Batcher {
         let failure = match joined {
             Ok(Ok(outputs)) if outputs.len() == waiters.len() => {
                 for (waiter, outputs) in waiters.into_iter().zip(outputs) {
-                    let _ = waiter.reply.send(Ok(outputs));
+                    let _ = waiter
+                        .reply
+                        .send(outputs.map_err(|failure| failure.to_error()));
                 }
                 return;
             }
@@ -357,9 +360,13 @@ fn execute(
         .get(signature)
         .ok_or(Failure::Batch(BatchError::UnknownSignature(signature)))?;
     let phase = std::time::Instant::now();
+    // A merged batch keeps its requests (reference-counted tensors, not copies of their
+    // bytes) so that, if the runtime fails it, each can run alone and fail alone.
+    let mut alone = Vec::new();
     let inputs = if requests.len() == 1 {
         requests.pop().unwrap_or_default()
     } else {
+        alone.clone_from(&requests);
         let inputs = gather(requests).map_err(Failure::Batch)?;
         let gathered = inputs
             .iter()
@@ -373,16 +380,30 @@ fn execute(
     let input_time = phase.elapsed();
 
     let phase = std::time::Instant::now();
-    let merged = backend
-        .run_into(sig, inputs, outputs, targets)
-        .map_err(Failure::Backend)?;
+    let merged = match backend.run_into(sig, inputs, outputs, targets) {
+        Ok(merged) => merged,
+        Err(err) if !alone.is_empty() => {
+            tracing::debug!(error = %err, requests = alone.len(), "a merged batch failed; running its requests one by one");
+            return Ok(alone
+                .into_iter()
+                .map(|inputs| {
+                    backend
+                        .run_into(sig, inputs, outputs, &[])
+                        .map_err(Failure::Backend)
+                })
+                .collect());
+        }
+        Err(err) => return Err(Failure::Backend(err)),
+    };
     let infer_time = phase.elapsed();
 
     let phase = std::time::Instant::now();
     let split = if rows.len() == 1 {
-        Ok(vec![merged])
+        Ok(vec![Ok(merged)])
     } else {
-        scatter(merged, rows).map_err(Failure::Batch)
+        scatter(merged, rows)
+            .map(|split| split.into_iter().map(Ok).collect())
+            .map_err(Failure::Batch)
     };
     stats.record_compute(inferences, input_time, infer_time, phase.elapsed());
     split

@@ -17,6 +17,8 @@ enum Behaviour {
     /// `y = 2 * x` and `sum` = the sum of each row.
     Double,
     Fail,
+    /// Fails any run that has a negative `x`: a runtime that rejects one request's data.
+    FailNegative,
     PanicOnce,
     /// Returns one row whatever the batch size: a model without a batch dimension.
     OneRow,
@@ -97,6 +99,9 @@ impl Backend for Mock {
         self.runs.lock().unwrap().push((values.clone(), address));
         match self.behaviour {
             Behaviour::Fail => return Err(BackendError::Runtime("boom".into())),
+            Behaviour::FailNegative if values.iter().any(|v| *v < 0.0) => {
+                return Err(BackendError::Runtime("negative".into()))
+            }
             Behaviour::PanicOnce if !self.panicked.swap(true, Ordering::SeqCst) => {
                 panic!("the mock runtime fell over")
             }
@@ -397,7 +402,21 @@ async fn a_backend_error_fails_every_request_of_the_batch() {
         );
         assert!(err.to_string().contains("boom"));
     }
-    assert_eq!(mock.runs().len(), 1);
+    // The merged run, then each request alone.
+    assert_eq!(mock.runs().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_merged_batch_fails_only_the_request_that_caused_it() {
+    let mock = Arc::new(Mock::new(Behaviour::FailNegative));
+    let handle = spawn(&mock, &settings(4, Duration::ZERO));
+    let replies = join_all(enqueue_all(&handle, &[1.0, -2.0, 3.0])).await;
+    let mut replies = replies.into_iter();
+    doubled(replies.next().unwrap(), 1.0);
+    let err = replies.next().unwrap().unwrap_err();
+    assert!(err.to_string().contains("negative"), "{err}");
+    doubled(replies.next().unwrap(), 3.0);
+    assert_eq!(mock.runs().len(), 4, "one merged run, then three alone");
 }
 
 #[tokio::test(start_paused = true)]

@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime};
 
 use super::model_config::ModelConfig;
 use super::{
-    scan_model, subfolders, warmup, LoadedModel, Loader, ModelRecord, ScanError, Snapshot,
-    VersionFolder, VersionPolicy, VersionState, WarmupConfig,
+    scan_model, subfolders, warmup, warmup_log, LoadedModel, Loader, ModelRecord, ScanError,
+    Snapshot, VersionFolder, VersionPolicy, VersionState, WarmupConfig,
 };
 use tokio::sync::oneshot;
 
@@ -378,10 +378,25 @@ impl ModelRepository {
         };
         let loader = self.loader.clone();
         let task_folder = folder.clone();
+        let task_config = config.clone();
         let name = model.to_owned();
         let loaded = tokio::task::spawn_blocking(move || {
-            let backend = loader.load(&task_folder).map_err(|err| err.to_string())?;
-            match warmup::run(backend.as_ref(), &warmup) {
+            let backend = loader.load(&task_folder, &task_config).map_err(|err| err.to_string())?;
+            // A warmup file is the model's own warmup: it replaces the generated one.
+            let replayed = match warmup_log::find(&task_folder.path) {
+                Some(file) => {
+                    let requests = warmup_log::replay(backend.as_ref(), &file)
+                        .map_err(|err| format!("warmup failed: {err}"))?;
+                    tracing::info!(model = %name, version = task_folder.version, requests, "replayed the warmup file");
+                    true
+                }
+                None => false,
+            };
+            match if replayed && !explicit {
+                Ok(())
+            } else {
+                warmup::run(backend.as_ref(), &warmup)
+            } {
                 Ok(()) => {}
                 // Only a warmup the model asked for can fail its load: generated inputs may
                 // not suit every model.

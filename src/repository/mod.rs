@@ -6,25 +6,29 @@
 //! alive for as long as it runs. The lifecycle ([`ModelRepository`]) builds new snapshots as
 //! versions load, warm up, and retire, and swaps them in atomically.
 
+mod declared;
 mod lifecycle;
 mod model_config;
 mod scan;
+mod tfrecord;
 mod warmup;
+mod warmup_log;
 
+pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{ModelRepository, ServedModel};
 pub use model_config::{
     ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MODEL_CONFIG_FILE,
 };
 pub use scan::{
     parse_version, scan, scan_model, subfolders, ModelFolder, ScanError, VersionFolder,
-    ONNX_MODEL_FILE,
+    ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
 };
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::backend::onnx::{OnnxRuntime, OnnxThreads};
-use crate::backend::{Backend, BackendError, Signature};
+use crate::backend::onnx::OnnxRuntime;
+use crate::backend::{Backend, BackendError, RuntimeThreads, Signature};
 use crate::batcher::{BatchSettings, BatcherHandle};
 use crate::error::Error;
 use crate::metrics::Metrics;
@@ -33,24 +37,95 @@ use crate::stats::ModelStats;
 /// Turns a version folder into a running backend.
 pub struct Loader {
     pub onnx: OnnxRuntime,
-    pub onnx_threads: OnnxThreads,
+    /// Runtime threads for models whose config.toml has no `[runtime]` section.
+    pub threads: RuntimeThreads,
     /// Batching for models whose config.toml has no `[batching]` section.
     pub default_batching: BatchSettings,
     pub metrics: Arc<Metrics>,
 }
 
 impl Loader {
-    /// Loads the runtime for one version folder. Blocks.
-    pub fn load(&self, folder: &VersionFolder) -> Result<Arc<dyn Backend>, BackendError> {
+    /// Loads the runtime for one version folder, with its model's settings. Blocks.
+    pub fn load(
+        &self,
+        folder: &VersionFolder,
+        config: &ModelConfig,
+    ) -> Result<Arc<dyn Backend>, BackendError> {
+        let threads = config.runtime.threads(self.threads);
         let onnx = folder.path.join(ONNX_MODEL_FILE);
         if onnx.is_file() {
-            return Ok(Arc::new(self.onnx.load_model(&onnx, self.onnx_threads)?));
+            return Ok(Arc::new(self.onnx.load_model(&onnx, threads)?));
+        }
+        let torch = folder.path.join(TORCH_MODEL_FILE);
+        if torch.is_file() {
+            return load_torch(&torch, config, threads);
+        }
+        if folder.path.join(SAVED_MODEL_FILE).is_file() {
+            return load_saved_model(&folder.path, threads);
         }
         Err(BackendError::Load {
             path: folder.path.display().to_string(),
-            message: format!("no model file found (expected {ONNX_MODEL_FILE})"),
+            message: format!(
+                "no model file found (expected {ONNX_MODEL_FILE}, {TORCH_MODEL_FILE} or \
+                 {SAVED_MODEL_FILE})"
+            ),
         })
     }
+}
+
+#[cfg(feature = "torch")]
+fn load_torch(
+    path: &std::path::Path,
+    config: &ModelConfig,
+    threads: RuntimeThreads,
+) -> Result<Arc<dyn Backend>, BackendError> {
+    let load_error = |message: String| BackendError::Load {
+        path: path.display().to_string(),
+        message,
+    };
+    let signature = config.signature().map_err(load_error)?.ok_or_else(|| {
+        load_error(format!(
+            "a TorchScript file has no signature: {SIGNATURE_HELP}"
+        ))
+    })?;
+    Ok(Arc::new(crate::backend::torch::TorchModel::load(
+        path, signature, threads,
+    )?))
+}
+
+#[cfg(not(feature = "torch"))]
+fn load_torch(
+    path: &std::path::Path,
+    _config: &ModelConfig,
+    _threads: RuntimeThreads,
+) -> Result<Arc<dyn Backend>, BackendError> {
+    Err(BackendError::Load {
+        path: path.display().to_string(),
+        message: "this build serves no TorchScript: build with `--features torch` \
+                  (`FEATURES=torch make serve`)"
+            .into(),
+    })
+}
+
+#[cfg(feature = "tensorflow")]
+fn load_saved_model(
+    dir: &std::path::Path,
+    threads: RuntimeThreads,
+) -> Result<Arc<dyn Backend>, BackendError> {
+    Ok(Arc::new(crate::backend::tf::TfModel::load(dir, threads)?))
+}
+
+#[cfg(not(feature = "tensorflow"))]
+fn load_saved_model(
+    dir: &std::path::Path,
+    _threads: RuntimeThreads,
+) -> Result<Arc<dyn Backend>, BackendError> {
+    Err(BackendError::Load {
+        path: dir.display().to_string(),
+        message: "this build serves no TensorFlow SavedModels: build with \
+                  `--features tensorflow` (`FEATURES=tensorflow make serve`)"
+            .into(),
+    })
 }
 
 /// A model version that loaded, warmed up, and serves.

@@ -16,6 +16,14 @@
 //! requests = 3
 //! batch_size = 4
 //! shapes = { features = [4, 16] }
+//!
+//! [runtime]                   # threads of the model's runtime (default: the server flags)
+//! intra_op_threads = 2
+//!
+//! [[input]]                   # the signature, for formats whose files carry none
+//! name = "features"           # (TorchScript); see `declared`
+//! dtype = "FP32"
+//! shape = ["batch", 16]
 //! ```
 
 use std::collections::BTreeMap;
@@ -23,6 +31,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use super::declared::{self, DeclaredTensor, RuntimeConfig};
+use crate::backend::Signature;
 use crate::batcher::BatchSettings;
 
 /// The name of the optional per-model settings file.
@@ -39,6 +49,14 @@ pub struct ModelConfig {
     #[serde(default)]
     pub version_labels: BTreeMap<String, u64>,
     pub warmup: Option<WarmupConfig>,
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
+    /// `[[input]]` tables: the declared signature's inputs, in the order the model takes them.
+    #[serde(default)]
+    pub input: Vec<DeclaredTensor>,
+    /// `[[output]]` tables: its outputs, in the order the model returns them.
+    #[serde(default)]
+    pub output: Vec<DeclaredTensor>,
 }
 
 /// `[version_policy]` as written; [`ModelConfig::policy`] checks it.
@@ -140,12 +158,18 @@ impl ModelConfig {
                 .map_err(|err| invalid(format!("[batching]: {err}")))?;
         }
         config.policy().map_err(invalid)?;
+        config.signature().map_err(invalid)?;
         if let Some((label, _)) = config.version_labels.iter().find(|(_, &v)| v == 0) {
             return Err(invalid(format!(
                 "[version_labels]: label '{label}' must name a positive version"
             )));
         }
         Ok(config)
+    }
+
+    /// The signature `[[input]]` / `[[output]]` declare, if they do.
+    pub fn signature(&self) -> Result<Option<Signature>, String> {
+        declared::signature(&self.input, &self.output)
     }
 
     /// The version policy, refusing a table that names none or several.

@@ -4,6 +4,10 @@ use std::path::{Path, PathBuf};
 
 /// The model file names a version folder may hold, in the order they are looked for.
 pub const ONNX_MODEL_FILE: &str = "model.onnx";
+/// A TorchScript module (`torch.jit.save`); its signature comes from config.toml.
+pub const TORCH_MODEL_FILE: &str = "model.pt";
+/// A TensorFlow SavedModel: this file, its `variables/` folder and optional `assets*/`.
+pub const SAVED_MODEL_FILE: &str = "saved_model.pb";
 
 /// One model folder as found on disk.
 #[derive(Debug, Clone, PartialEq)]

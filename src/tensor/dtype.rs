@@ -52,6 +52,26 @@ impl DataType {
         }
     }
 
+    /// The KServe v2 / Triton name (`FP32`, `BYTES`, ...).
+    pub const fn kserve_name(self) -> &'static str {
+        match self {
+            Self::Bool => "BOOL",
+            Self::U8 => "UINT8",
+            Self::U16 => "UINT16",
+            Self::U32 => "UINT32",
+            Self::U64 => "UINT64",
+            Self::I8 => "INT8",
+            Self::I16 => "INT16",
+            Self::I32 => "INT32",
+            Self::I64 => "INT64",
+            Self::F16 => "FP16",
+            Self::BF16 => "BF16",
+            Self::F32 => "FP32",
+            Self::F64 => "FP64",
+            Self::String => "BYTES",
+        }
+    }
+
     /// A short lower-case name used in error messages.
     pub const fn name(self) -> &'static str {
         match self {

@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
+use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
+use tensorport::backend::RuntimeThreads;
 use tensorport::batcher::BatchSettings;
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
@@ -65,7 +66,7 @@ impl TestServer {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx: onnx_runtime(),
-            onnx_threads: OnnxThreads {
+            threads: RuntimeThreads {
                 intra_op: 1,
                 inter_op: 1,
             },

@@ -8,22 +8,7 @@ use crate::tensor::{element_count, BoolByte, DataType, DecodeError, Element, Ten
 
 /// The KServe / Triton name of a datatype.
 pub fn datatype_name(dtype: DataType) -> &'static str {
-    match dtype {
-        DataType::Bool => "BOOL",
-        DataType::U8 => "UINT8",
-        DataType::U16 => "UINT16",
-        DataType::U32 => "UINT32",
-        DataType::U64 => "UINT64",
-        DataType::I8 => "INT8",
-        DataType::I16 => "INT16",
-        DataType::I32 => "INT32",
-        DataType::I64 => "INT64",
-        DataType::F16 => "FP16",
-        DataType::BF16 => "BF16",
-        DataType::F32 => "FP32",
-        DataType::F64 => "FP64",
-        DataType::String => "BYTES",
-    }
+    dtype.kserve_name()
 }
 
 /// The datatype a KServe name stands for.

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{OutputTarget, DEFAULT_SIGNATURE};
+use crate::backend::OutputTarget;
 use crate::batcher::Priority;
 use crate::error::Error;
 use crate::infer::{InferService, Prediction};
@@ -213,7 +213,8 @@ pub async fn infer(
             .timeout
             .and_then(|timeout| tokio::time::Instant::now().checked_add(timeout)),
     };
-    let (signature, _) = model.signature(DEFAULT_SIGNATURE)?;
+    // KServe has no signatures: a request runs the model's default one.
+    let (signature, _) = model.signature("")?;
     let inputs = request
         .inputs
         .into_iter()

@@ -1,0 +1,146 @@
+//! TensorFlow SavedModels (`saved_model.pb` + `variables/`) through the TensorFlow C API.
+//!
+//! The model is loaded with the `serve` tag; every signature def it carries is served
+//! (`serving_default` first, so it is the default). Runs go through one `Session`, which
+//! TensorFlow allows to run from several threads at once.
+
+mod session_config;
+mod signatures;
+mod tensors;
+
+use std::path::Path;
+
+use tensorflow::{Code, Graph, SavedModelBundle, Session, SessionOptions, SessionRunArgs, Status};
+
+use super::{Backend, BackendError, NamedTensor, RuntimeThreads, Signature};
+use signatures::Binding;
+use tensors::Feed;
+
+/// The tag set TF Serving loads.
+const SERVE_TAG: &str = "serve";
+
+/// Triton's platform name for SavedModels.
+const PLATFORM: &str = "tensorflow_savedmodel";
+
+/// One loaded SavedModel version.
+pub struct TfModel {
+    session: Session,
+    /// The session runs this graph; kept with it for the operations the bindings name.
+    _graph: Graph,
+    signatures: Vec<Signature>,
+    /// Parallel to `signatures`.
+    bindings: Vec<Binding>,
+}
+
+impl TfModel {
+    /// Loads the SavedModel in `dir` with `threads` (0: TensorFlow's choice). Blocks.
+    pub fn load(dir: &Path, threads: RuntimeThreads) -> Result<Self, BackendError> {
+        let load_error = |message: String| BackendError::Load {
+            path: dir.display().to_string(),
+            message,
+        };
+        let mut options = SessionOptions::new();
+        options
+            .set_config(&session_config::thread_config(
+                threads.intra_op,
+                threads.inter_op,
+            ))
+            .map_err(|status| load_error(status.to_string()))?;
+        let mut graph = Graph::new();
+        let bundle = SavedModelBundle::load(&options, [SERVE_TAG], &mut graph, dir)
+            .map_err(|status| load_error(status.to_string()))?;
+        let signatures::Found { served, skipped } =
+            signatures::read(bundle.meta_graph_def(), &graph).map_err(load_error)?;
+        for skip in &skipped {
+            tracing::warn!(path = %dir.display(), signature = %skip.signature, reason = %skip.reason, "signature not served");
+        }
+        if served.is_empty() {
+            return Err(load_error(format!(
+                "the SavedModel has no signature this server can serve (tag '{SERVE_TAG}')"
+            )));
+        }
+        let (signatures, bindings) = served.into_iter().unzip();
+        Ok(Self {
+            session: bundle.session,
+            _graph: graph,
+            signatures,
+            bindings,
+        })
+    }
+}
+
+impl Backend for TfModel {
+    fn platform(&self) -> &'static str {
+        PLATFORM
+    }
+
+    fn signatures(&self) -> &[Signature] {
+        &self.signatures
+    }
+
+    fn run(
+        &self,
+        signature: &Signature,
+        inputs: Vec<NamedTensor>,
+        outputs: &[String],
+    ) -> Result<Vec<NamedTensor>, BackendError> {
+        let binding = self
+            .signatures
+            .iter()
+            .position(|sig| sig.name == signature.name)
+            .and_then(|i| self.bindings.get(i))
+            .ok_or_else(|| {
+                BackendError::Runtime(format!("no signature '{}' in this model", signature.name))
+            })?;
+        let feeds = inputs
+            .iter()
+            .map(|(name, tensor)| {
+                let endpoint = binding
+                    .inputs
+                    .get(name)
+                    .ok_or_else(|| BackendError::InvalidInput(format!("unknown input '{name}'")))?;
+                let feed = Feed::new(tensor)
+                    .map_err(|err| BackendError::InvalidInput(format!("input '{name}': {err}")))?;
+                Ok((feed, endpoint))
+            })
+            .collect::<Result<Vec<_>, BackendError>>()?;
+
+        let mut args = SessionRunArgs::new();
+        for (feed, endpoint) in &feeds {
+            feed.feed(&mut args, endpoint);
+        }
+        let tokens = outputs
+            .iter()
+            .map(|name| {
+                let endpoint = binding.outputs.get(name);
+                let spec = signature.output(name);
+                match (endpoint, spec) {
+                    (Some(endpoint), Some(spec)) => Ok((
+                        args.request_fetch(&endpoint.operation, endpoint.index),
+                        spec.dtype,
+                    )),
+                    _ => Err(BackendError::InvalidInput(format!(
+                        "unknown output '{name}'"
+                    ))),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.session.run(&mut args).map_err(run_error)?;
+        outputs
+            .iter()
+            .zip(tokens)
+            .map(|(name, (token, dtype))| {
+                tensors::fetch(&mut args, token, dtype).map(|tensor| (name.clone(), tensor))
+            })
+            .collect()
+    }
+}
+
+/// A failed run: TensorFlow's InvalidArgument (a shape the graph refuses, an index out of
+/// range) is the client's input; anything else is the server's.
+fn run_error(status: Status) -> BackendError {
+    match status.code() {
+        Code::InvalidArgument | Code::OutOfRange => BackendError::InvalidInput(status.to_string()),
+        _ => BackendError::Runtime(status.to_string()),
+    }
+}

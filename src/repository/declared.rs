@@ -1,0 +1,198 @@
+//! The parts of `config.toml` that describe the model rather than how it is served: its
+//! signature (`[[input]]` / `[[output]]`, for formats whose files carry none, like TorchScript)
+//! and its runtime threads (`[runtime]`).
+//!
+//! ```toml
+//! [[input]]
+//! name = "features"
+//! dtype = "FP32"            # KServe / Triton names (FP32, INT64, ...) or float32, int64, ...
+//! shape = ["batch", 16]     # sizes; -1 or a name for a dynamic dimension
+//!
+//! [[output]]
+//! name = "score"
+//! dtype = "FP32"
+//! shape = ["batch", 1]
+//!
+//! [runtime]
+//! intra_op_threads = 2      # default: --intra-op-threads
+//! inter_op_threads = 1      # default: --inter-op-threads
+//! ```
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+
+use crate::backend::{RuntimeThreads, Signature, TensorSpec, DEFAULT_SIGNATURE};
+use crate::tensor::DataType;
+
+/// One `[[input]]` or `[[output]]` table as written.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeclaredTensor {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<DeclaredDim>,
+}
+
+/// A dimension: a size, `-1` (dynamic), or a name (dynamic; equal names have equal sizes).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum DeclaredDim {
+    Size(i64),
+    Named(String),
+}
+
+/// `[runtime]`: thread settings of this model's runtime; absent keys take the server flags.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeConfig {
+    pub intra_op_threads: Option<usize>,
+    pub inter_op_threads: Option<usize>,
+}
+
+impl RuntimeConfig {
+    /// These settings over the server's defaults.
+    pub fn threads(&self, defaults: RuntimeThreads) -> RuntimeThreads {
+        RuntimeThreads {
+            intra_op: self.intra_op_threads.unwrap_or(defaults.intra_op),
+            inter_op: self.inter_op_threads.unwrap_or(defaults.inter_op),
+        }
+    }
+}
+
+/// What to write in config.toml so a model without a signature in its file can load; the
+/// load error of such a model ends with it.
+pub const SIGNATURE_HELP: &str = "declare the signature in the model's config.toml, one table \
+per tensor in the order forward() takes and returns them, e.g. \
+[[input]] name = \"features\", dtype = \"FP32\", shape = [\"batch\", 16] and \
+[[output]] name = \"score\", dtype = \"FP32\", shape = [\"batch\", 1]";
+
+/// The signature the tables declare; `None` when there are none. Errors name the table.
+pub fn signature(
+    inputs: &[DeclaredTensor],
+    outputs: &[DeclaredTensor],
+) -> Result<Option<Signature>, String> {
+    match (inputs.is_empty(), outputs.is_empty()) {
+        (true, true) => return Ok(None),
+        (false, true) => return Err("[[input]] is declared but no [[output]]".into()),
+        (true, false) => return Err("[[output]] is declared but no [[input]]".into()),
+        (false, false) => {}
+    }
+    Ok(Some(Signature {
+        name: DEFAULT_SIGNATURE.to_owned(),
+        inputs: specs("input", inputs)?,
+        outputs: specs("output", outputs)?,
+    }))
+}
+
+fn specs(table: &str, declared: &[DeclaredTensor]) -> Result<Vec<TensorSpec>, String> {
+    let mut names = HashSet::new();
+    declared
+        .iter()
+        .map(|tensor| {
+            let at = |message: String| format!("[[{table}]] '{}': {message}", tensor.name);
+            if tensor.name.is_empty() {
+                return Err(format!("[[{table}]]: name must not be empty"));
+            }
+            if !names.insert(tensor.name.as_str()) {
+                return Err(at("declared twice".into()));
+            }
+            let dtype = parse_dtype(&tensor.dtype).ok_or_else(|| {
+                at(format!(
+                    "unknown dtype \"{}\" (use FP32, INT64, ... or float32, int64, ...)",
+                    tensor.dtype
+                ))
+            })?;
+            let mut shape = Vec::with_capacity(tensor.shape.len());
+            let mut symbols = Vec::with_capacity(tensor.shape.len());
+            for dim in &tensor.shape {
+                match dim {
+                    DeclaredDim::Size(size) if *size >= -1 => {
+                        shape.push(*size);
+                        symbols.push(String::new());
+                    }
+                    DeclaredDim::Size(size) => {
+                        return Err(at(format!("dimension {size} must be a size, -1 or a name")))
+                    }
+                    DeclaredDim::Named(symbol) if symbol.is_empty() => {
+                        return Err(at("a named dimension needs a name".into()))
+                    }
+                    DeclaredDim::Named(symbol) => {
+                        shape.push(-1);
+                        symbols.push(symbol.clone());
+                    }
+                }
+            }
+            Ok(TensorSpec {
+                name: tensor.name.clone(),
+                dtype,
+                shape,
+                symbols,
+            })
+        })
+        .collect()
+}
+
+/// A dtype by its KServe / Triton name (`FP32`, also `TYPE_FP32` as in Triton's model
+/// configuration) or its lower-case name (`float32`).
+fn parse_dtype(text: &str) -> Option<DataType> {
+    let kserve = text.strip_prefix("TYPE_").unwrap_or(text);
+    DataType::ALL
+        .into_iter()
+        .find(|dtype| dtype.name() == text || dtype.kserve_name() == kserve)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(name: &str, dtype: &str, shape: Vec<DeclaredDim>) -> DeclaredTensor {
+        DeclaredTensor {
+            name: name.into(),
+            dtype: dtype.into(),
+            shape,
+        }
+    }
+
+    #[test]
+    fn named_dimensions_are_dynamic() -> Result<(), String> {
+        let inputs = [tensor(
+            "x",
+            "TYPE_FP32",
+            vec![DeclaredDim::Named("batch".into()), DeclaredDim::Size(16)],
+        )];
+        let outputs = [tensor("y", "int64", vec![DeclaredDim::Size(-1)])];
+        let sig = signature(&inputs, &outputs)?.ok_or("a signature")?;
+        assert_eq!(sig.inputs[0].dtype, DataType::F32);
+        assert_eq!(sig.inputs[0].shape, vec![-1, 16]);
+        assert_eq!(
+            sig.inputs[0].symbols,
+            vec!["batch".to_owned(), String::new()]
+        );
+        assert_eq!(sig.outputs[0].dtype, DataType::I64);
+        Ok(())
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_mean() {
+        let x = || tensor("x", "FP32", vec![DeclaredDim::Size(1)]);
+        let cases = [
+            (vec![x()], vec![], "no [[output]]"),
+            (vec![x(), x()], vec![x()], "declared twice"),
+            (
+                vec![tensor("x", "FP33", vec![])],
+                vec![x()],
+                "unknown dtype",
+            ),
+            (
+                vec![tensor("x", "FP32", vec![DeclaredDim::Size(-2)])],
+                vec![x()],
+                "must be a size",
+            ),
+        ];
+        for (inputs, outputs, needle) in cases {
+            let err = signature(&inputs, &outputs).err().unwrap_or_default();
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+    }
+}

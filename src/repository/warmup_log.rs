@@ -1,0 +1,93 @@
+//! TF Serving's warmup file: `<version>/assets.extra/tf_serving_warmup_requests`, a TFRecord
+//! file of `PredictionLog`s. A version that ships one replays each logged Predict request
+//! before it serves, as TF Serving does; a file that cannot be read, or a request that fails,
+//! fails the load of that version.
+
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use super::tfrecord;
+use crate::api::tfserving::tensor_proto;
+use crate::backend::Backend;
+use crate::infer::{check_inputs, select_outputs};
+use crate::proto::tensorflow::serving::{prediction_log::LogType, PredictRequest, PredictionLog};
+use crate::tensor::DecodeLimits;
+
+/// Where TF Serving looks for the warmup file, relative to the version folder.
+pub const WARMUP_FILE: &str = "assets.extra/tf_serving_warmup_requests";
+
+/// TF Serving's cap on the records of one warmup file.
+const MAX_RECORDS: usize = 1000;
+
+/// The warmup file of a version folder, if it ships one.
+pub fn find(version_dir: &Path) -> Option<PathBuf> {
+    let path = version_dir.join(WARMUP_FILE);
+    path.is_file().then_some(path)
+}
+
+/// Replays every request of the warmup file at `path` on `backend`; returns how many ran.
+/// Blocks.
+pub fn replay(backend: &dyn Backend, path: &Path) -> Result<usize, String> {
+    let shown = path.display();
+    let file = std::fs::read(path).map_err(|err| format!("cannot read {shown}: {err}"))?;
+    let records = tfrecord::records(&file).map_err(|err| format!("{shown}: {err}"))?;
+    if records.len() > MAX_RECORDS {
+        return Err(format!(
+            "{shown}: {} records, more than the {MAX_RECORDS} a warmup file may hold",
+            records.len()
+        ));
+    }
+    for (i, record) in records.iter().enumerate() {
+        let request =
+            predict_request(record).map_err(|err| format!("{shown}: record {i}: {err}"))?;
+        run(backend, request).map_err(|err| format!("{shown}: record {i}: {err}"))?;
+    }
+    Ok(records.len())
+}
+
+fn predict_request(record: &[u8]) -> Result<PredictRequest, String> {
+    let log = PredictionLog::decode(record)
+        .map_err(|err| format!("not a tensorflow.serving.PredictionLog: {err}"))?;
+    match log.log_type {
+        Some(LogType::PredictLog(predict)) => predict
+            .request
+            .ok_or_else(|| "the predict log holds no request".to_owned()),
+        Some(_) => Err("only predict logs can be replayed (Classify, Regress and \
+                        MultiInference are not served)"
+            .into()),
+        None => Err("the log holds no request".into()),
+    }
+}
+
+fn run(backend: &dyn Backend, request: PredictRequest) -> Result<(), String> {
+    let name = request
+        .model_spec
+        .as_ref()
+        .map(|spec| spec.signature_name.as_str())
+        .unwrap_or_default();
+    let signatures = backend.signatures();
+    let signature = if name.is_empty() {
+        signatures.first()
+    } else {
+        signatures.iter().find(|sig| sig.name == name)
+    }
+    .ok_or_else(|| format!("the model has no signature '{name}'"))?;
+    let limits = DecodeLimits::default();
+    let inputs = request
+        .inputs
+        .into_iter()
+        .map(|(input, proto)| {
+            tensor_proto::decode(proto, &limits)
+                .map(|tensor| (input.clone(), tensor))
+                .map_err(|err| err.in_input(&input).to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    check_inputs(signature, &inputs).map_err(|err| err.to_string())?;
+    let outputs =
+        select_outputs(signature, request.output_filter).map_err(|err| err.to_string())?;
+    backend
+        .run(signature, inputs, &outputs)
+        .map(|_| ())
+        .map_err(|err| err.to_string())
+}
