@@ -34,7 +34,10 @@ fn main() -> ExitCode {
     let Command::Serve(args) = cli.command;
     init_logging(args.log_format);
     #[cfg(feature = "tensorflow")]
-    give_each_tensorflow_model_its_own_threads();
+    {
+        give_each_tensorflow_model_its_own_threads();
+        keep_tensorflow_info_logs_out();
+    }
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -172,9 +175,23 @@ fn local(listener: &tokio::net::TcpListener) -> String {
 /// thread exists, unless the operator chose otherwise.
 #[cfg(feature = "tensorflow")]
 fn give_each_tensorflow_model_its_own_threads() {
-    const OVERRIDE_GLOBAL_THREADPOOL: &str = "TF_OVERRIDE_GLOBAL_THREADPOOL";
-    if std::env::var_os(OVERRIDE_GLOBAL_THREADPOOL).is_none() {
-        std::env::set_var(OVERRIDE_GLOBAL_THREADPOOL, "1");
+    set_default_env("TF_OVERRIDE_GLOBAL_THREADPOOL", "1");
+}
+
+/// TensorFlow writes INFO lines of its own to stderr on every SavedModel load, bypassing our
+/// log format (they would break `--log-format json` for log shippers); the server logs each
+/// load itself. Warnings and errors still come through, and an operator's own
+/// TF_CPP_MIN_LOG_LEVEL wins.
+#[cfg(feature = "tensorflow")]
+fn keep_tensorflow_info_logs_out() {
+    set_default_env("TF_CPP_MIN_LOG_LEVEL", "1");
+}
+
+/// Sets `name` unless the environment already has it. Only called before any thread exists.
+#[cfg(feature = "tensorflow")]
+fn set_default_env(name: &str, value: &str) {
+    if std::env::var_os(name).is_none() {
+        std::env::set_var(name, value);
     }
 }
 
