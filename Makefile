@@ -5,6 +5,8 @@ VENV := .venv
 VENV_STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
+MLSERVER_VENV := .cache/mlserver
+MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
 MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
@@ -13,7 +15,8 @@ K8S_VERSION ?= 1.30.0
 K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/hpa.yaml \
 	deploy/k8s/pdb.yaml deploy/k8s/pvc.yaml
 
-.PHONY: serve test venv build release lint fmt models perf-analyzer bench clean tools deploy-check
+.PHONY: serve test venv build release lint fmt models perf-analyzer bench bench-quick bench-all \
+	bench-build mlserver clean tools deploy-check
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
@@ -25,6 +28,7 @@ test: venv perf-analyzer deploy-check
 	cargo build --bins
 	cargo test
 	cargo test -p tensorport-client
+	cargo test -p tensorport-loadgen
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
 	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
 
@@ -59,10 +63,33 @@ perf-analyzer: $(PERF_ANALYZER)
 $(PERF_ANALYZER): scripts/setup-perf-analyzer.sh
 	scripts/setup-perf-analyzer.sh $(dir $(PERF_ANALYZER)) $(PYTHON)
 
-## bench: release build, then the benchmarks (figures go to docs/BENCHMARKS.md by hand)
-bench: venv perf-analyzer release
+## bench: release build, then tensorport, MLServer and the in-process floor side by side on
+## loopback (about 15 minutes); the tables go into docs/BENCHMARKS.md
+bench: venv perf-analyzer mlserver bench-build
+	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench.py
+
+## bench-quick: a subset of the matrix in about two minutes, printed (docs/BENCHMARKS.md untouched)
+bench-quick: venv perf-analyzer mlserver bench-build
+	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench.py --quick --doc -
+
+## bench-all: bench, then the other suites in docs/BENCHMARKS.md and the micro-benchmarks
+bench-all: bench
 	cargo bench --bench shm_vs_inline
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
+	cargo bench --bench codecs --bench request_path
+
+bench-build:
+	cargo build --release -p tensorport -p tensorport-loadgen
+
+## mlserver: the benchmark's peer (PyPI mlserver, and the onnxruntime the server uses) in
+## .cache/mlserver; only `make bench` needs it
+mlserver: $(MLSERVER_STAMP)
+
+$(MLSERVER_STAMP): bench/mlserver/requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(MLSERVER_VENV)
+	$(MLSERVER_VENV)/bin/python -m pip install -q -r bench/mlserver/requirements.txt \
+		"$$(grep '^onnxruntime==' requirements-dev.txt)"
+	touch $@
 
 build:
 	cargo build
