@@ -23,7 +23,9 @@ const ELEMENTS: usize = 1 << 18;
 const BYTES: u64 = (ELEMENTS * 4) as u64;
 
 fn values() -> Vec<f32> {
-    (0..ELEMENTS).map(|i| (i % 1000) as f32 * 0.001 + 0.5).collect()
+    (0..ELEMENTS)
+        .map(|i| (i % 1000) as f32 * 0.001 + 0.5)
+        .collect()
 }
 
 fn tensor() -> Tensor {
@@ -86,8 +88,14 @@ fn kserve_grpc(c: &mut Criterion) {
     group.bench_function("decode", |b| {
         b.iter(|| {
             let request = ModelInferRequest::decode(wire.clone()).unwrap_or_default();
-            let raw = request.raw_input_contents.into_iter().next().unwrap_or_default();
-            black_box(codec::from_raw(DataType::F32, vec![1, ELEMENTS], raw).map(|t| t.element_count()))
+            let raw = request
+                .raw_input_contents
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            black_box(
+                codec::from_raw(DataType::F32, vec![1, ELEMENTS], raw).map(|t| t.element_count()),
+            )
         })
     });
     let output = tensor();

@@ -77,7 +77,9 @@ fn shm_lookup(c: &mut Criterion) {
         .collect();
     c.bench_function("shm_registry_get_and_view (16 regions)", |b| {
         b.iter(|| {
-            let region = registry.get(black_box("region7")).unwrap_or_else(|err| panic!("{err}"));
+            let region = registry
+                .get(black_box("region7"))
+                .unwrap_or_else(|err| panic!("{err}"));
             black_box(region.view(64, 1024).map(|v| v.len()))
         })
     });

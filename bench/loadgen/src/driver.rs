@@ -62,7 +62,7 @@ struct Clock {
 }
 
 /// Runs the load of `config` through `sender` and returns what was measured.
-pub async fn drive(sender: &Sender, config: &Config) -> Result<Stats, LoadgenError> {
+pub async fn drive(sender: Sender, config: &Config) -> Result<Stats, LoadgenError> {
     let start = Instant::now();
     let measure_from = start + config.warmup();
     let clock = Clock {
@@ -71,13 +71,14 @@ pub async fn drive(sender: &Sender, config: &Config) -> Result<Stats, LoadgenErr
         end: measure_from + config.measured(),
     };
     let stats = Rc::new(RefCell::new(Stats::new(config.measured())?));
+    let sender = Rc::new(sender);
     let local = LocalSet::new();
     local
         .run_until(async {
             match config.load() {
-                Load::Closed { concurrency } => closed(sender, concurrency, clock, &stats).await,
+                Load::Closed { concurrency } => closed(&sender, concurrency, clock, &stats).await,
                 Load::Open { rate } => {
-                    open(sender, rate, config.max_in_flight, clock, &stats).await
+                    open(&sender, rate, config.max_in_flight, clock, &stats).await
                 }
             }
         })
@@ -86,7 +87,7 @@ pub async fn drive(sender: &Sender, config: &Config) -> Result<Stats, LoadgenErr
     Ok(stats)
 }
 
-async fn closed(sender: &Sender, concurrency: usize, clock: Clock, stats: &Rc<RefCell<Stats>>) {
+async fn closed(sender: &Rc<Sender>, concurrency: usize, clock: Clock, stats: &Rc<RefCell<Stats>>) {
     let mut workers = JoinSet::new();
     for slot in 0..concurrency {
         let sender = sender.clone();
@@ -116,7 +117,7 @@ async fn closed(sender: &Sender, concurrency: usize, clock: Clock, stats: &Rc<Re
 }
 
 async fn open(
-    sender: &Sender,
+    sender: &Rc<Sender>,
     rate: f64,
     max_in_flight: usize,
     clock: Clock,

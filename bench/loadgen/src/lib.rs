@@ -27,8 +27,8 @@ pub use report::Report;
 
 /// Sets up the target described by `config`, runs the load, and summarises it.
 pub async fn run(config: &Config) -> Result<Report, LoadgenError> {
-    let setup = sender::Setup::new(config).await?;
-    let stats = driver::drive(&setup.sender, config).await?;
+    let (sender, setup) = sender::Setup::new(config).await?.split();
+    let stats = driver::drive(sender, config).await?;
     setup.finish().await?;
     Ok(Report::new(config, &stats))
 }

@@ -16,7 +16,7 @@ use tensorport_client::proto::tensorflow::tensor_shape_proto::Dim;
 use tensorport_client::proto::tensorflow::{DataType, TensorProto, TensorShapeProto};
 
 use crate::config::{Config, InputSpec};
-use crate::shm::{Placement, ShmLayout};
+use crate::shm::{Placed, Placement};
 
 /// One input's values for a whole request: `batch` rows.
 pub struct InputData<'c> {
@@ -102,11 +102,7 @@ fn shm_parameters(region: &str, place: Placement) -> HashMap<String, InferParame
 }
 
 /// KServe `ModelInferRequest`, serialised: raw contents, typed contents, or shared memory.
-pub fn kserve_grpc(
-    config: &Config,
-    data: &[InputData<'_>],
-    shm: Option<(&ShmLayout, usize)>,
-) -> Bytes {
+pub fn kserve_grpc(config: &Config, data: &[InputData<'_>], shm: Placed<'_>) -> Bytes {
     let mut request = ModelInferRequest {
         model_name: config.model.clone(),
         ..Default::default()
@@ -184,11 +180,7 @@ pub fn tfs_grpc(config: &Config, data: &[InputData<'_>]) -> Bytes {
 }
 
 /// KServe JSON body: data inline, or placed in shared memory.
-pub fn kserve_json(
-    config: &Config,
-    data: &[InputData<'_>],
-    shm: Option<(&ShmLayout, usize)>,
-) -> Bytes {
+pub fn kserve_json(config: &Config, data: &[InputData<'_>], shm: Placed<'_>) -> Bytes {
     let place_json = |region: &str, place: Placement| {
         json!({
             "shared_memory_region": region,

@@ -11,16 +11,15 @@ use crate::floor::FloorSender;
 use crate::grpc::{self, GrpcSender};
 use crate::http::{self, HttpClient, HttpSender};
 use crate::payload;
-use crate::shm::ShmSetup;
+use crate::shm::{Placed, ShmSetup};
 
 /// Output areas in the region for an open-loop run (closed loops get one per worker).
 const OPEN_LOOP_SLOTS: usize = 64;
 
-/// Sends one request; cloned into every worker.
-#[derive(Clone)]
+/// Sends one request; shared by every worker.
 pub enum Sender {
     Grpc(GrpcSender),
-    Http(HttpSender),
+    Http(Box<HttpSender>),
     Floor(FloorSender),
 }
 
@@ -42,8 +41,14 @@ enum Registration {
     Http(HttpClient),
 }
 
+/// A sender ready to run, and what must be undone after the run.
 pub struct Setup {
     pub sender: Sender,
+    pub teardown: Teardown,
+}
+
+/// The registered region, if any; [`Teardown::finish`] unregisters it.
+pub struct Teardown {
     shm: Option<(ShmSetup, Registration)>,
     target: String,
 }
@@ -62,15 +67,14 @@ impl Setup {
             None
         };
         // Per-slot bodies only differ in where shared-memory outputs go.
-        let bodies =
-            |build: &dyn Fn(Option<(&crate::shm::ShmLayout, usize)>) -> Bytes| -> Vec<Bytes> {
-                match &shm {
-                    Some(setup) => (0..setup.layout.slots())
-                        .map(|slot| build(Some((&setup.layout, slot))))
-                        .collect(),
-                    None => vec![build(None)],
-                }
-            };
+        let bodies = |build: &dyn Fn(Placed<'_>) -> Bytes| -> Vec<Bytes> {
+            match &shm {
+                Some(setup) => (0..setup.layout.slots())
+                    .map(|slot| build(Some((&setup.layout, slot))))
+                    .collect(),
+                None => vec![build(None)],
+            }
+        };
         let target = config.target.as_str();
         let http_uri = |path: String| http::uri(target, &path).map_err(LoadgenError::Config);
         let (sender, registration) = match config.protocol {
@@ -111,29 +115,41 @@ impl Setup {
                     }
                 };
                 let sender = HttpSender::new(client.clone(), uri, bodies, header_length);
-                (Sender::Http(sender), Registration::Http(client))
+                (Sender::Http(Box::new(sender)), Registration::Http(client))
             }
             Protocol::Floor => {
                 let sender = FloorSender::new(config, &data)?;
                 return Ok(Self {
                     sender: Sender::Floor(sender),
-                    shm: None,
-                    target: String::new(),
+                    teardown: Teardown {
+                        shm: None,
+                        target: String::new(),
+                    },
                 });
             }
         };
-        let mut setup = Self {
-            sender,
-            shm: None,
-            target: target.to_owned(),
+        let shm = match shm {
+            Some(shm) => {
+                register(&shm, &registration, target).await?;
+                Some((shm, registration))
+            }
+            None => None,
         };
-        if let Some(shm) = shm {
-            register(&shm, &registration, target).await?;
-            setup.shm = Some((shm, registration));
-        }
-        Ok(setup)
+        Ok(Self {
+            sender,
+            teardown: Teardown {
+                shm,
+                target: target.to_owned(),
+            },
+        })
     }
 
+    pub fn split(self) -> (Sender, Teardown) {
+        (self.sender, self.teardown)
+    }
+}
+
+impl Teardown {
     /// Unregisters the region (the region itself is removed when dropped).
     pub async fn finish(self) -> Result<(), LoadgenError> {
         let Some((shm, registration)) = self.shm else {

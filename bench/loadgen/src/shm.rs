@@ -14,6 +14,10 @@ pub struct Placement {
     pub size: usize,
 }
 
+/// A request body's shared-memory placement: the layout and the slot for its outputs, or
+/// `None` for tensors on the wire.
+pub type Placed<'a> = Option<(&'a ShmLayout, usize)>;
+
 /// Offsets in the region: inputs (shared by every request) and outputs per slot.
 #[derive(Debug, Clone)]
 pub struct ShmLayout {
