@@ -153,6 +153,10 @@ pub struct Config {
     /// creates and registers with the server.
     #[arg(long)]
     pub shm: bool,
+    /// gRPC: HTTP/2 connections to open; worker `i` sends on connection `i % N`. (HTTP/1.1
+    /// opens one connection per request in flight.)
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
     /// KServe gRPC only: typed `contents.fp32_contents` instead of `raw_input_contents`
     /// (for servers without raw contents).
     #[arg(long)]
@@ -195,6 +199,7 @@ impl Config {
             duration: 10.0,
             warmup: 2.0,
             shm: false,
+            connections: 1,
             typed_contents: false,
             max_in_flight: 4096,
             model_file: None,
@@ -228,6 +233,9 @@ impl Config {
         let bad = |message: &str| Err(LoadgenError::Config(message.to_owned()));
         if self.batch == 0 {
             return bad("--batch must be at least 1");
+        }
+        if self.connections == 0 {
+            return bad("--connections must be at least 1");
         }
         if !(self.duration > 0.0 && self.duration.is_finite()) {
             return bad("--duration must be a positive number of seconds");

@@ -69,28 +69,38 @@ pub async fn connect(target: &str) -> Result<Channel, LoadgenError> {
         .map_err(|err| failed(err.to_string()))
 }
 
-/// Sends one of a fixed set of bodies to one method.
+/// Sends one of a fixed set of bodies to one method, over one or more connections.
 #[derive(Clone)]
 pub struct GrpcSender {
-    grpc: tonic::client::Grpc<Channel>,
+    connections: Arc<[tonic::client::Grpc<Channel>]>,
     path: PathAndQuery,
     bodies: Arc<[Bytes]>,
 }
 
 impl GrpcSender {
-    pub fn new(channel: Channel, path: &'static str, bodies: Vec<Bytes>) -> Self {
+    /// `channels` must not be empty.
+    pub fn new(channels: Vec<Channel>, path: &'static str, bodies: Vec<Bytes>) -> Self {
         Self {
-            grpc: tonic::client::Grpc::new(channel)
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX),
+            connections: channels
+                .into_iter()
+                .map(|channel| {
+                    tonic::client::Grpc::new(channel)
+                        .max_decoding_message_size(usize::MAX)
+                        .max_encoding_message_size(usize::MAX)
+                })
+                .collect(),
             path: PathAndQuery::from_static(path),
             bodies: bodies.into(),
         }
     }
 
-    /// One call with the body of `slot`; an error is named by its gRPC code.
+    /// One call with the body of `slot`, on connection `slot % N`; an error is named by its
+    /// gRPC code.
     pub async fn send(&self, slot: usize) -> Result<(), String> {
-        let mut grpc = self.grpc.clone();
+        let Some(grpc) = self.connections.get(slot % self.connections.len().max(1)) else {
+            return Err("client:no connection".to_owned());
+        };
+        let mut grpc = grpc.clone();
         grpc.ready().await.map_err(|_| "transport".to_owned())?;
         let body = self.bodies[slot % self.bodies.len()].clone();
         grpc.unary::<Bytes, Bytes, RawCodec>(Request::new(body), self.path.clone(), RawCodec)

@@ -78,21 +78,23 @@ impl Setup {
         let target = config.target.as_str();
         let http_uri = |path: String| http::uri(target, &path).map_err(LoadgenError::Config);
         let (sender, registration) = match config.protocol {
-            Protocol::KserveGrpc => {
-                let channel = grpc::connect(target).await?;
-                let bodies = bodies(&|shm| payload::kserve_grpc(config, &data, shm));
-                let registration = Registration::Grpc(KserveClient::new(channel.clone()));
+            Protocol::KserveGrpc | Protocol::TfsGrpc => {
+                let mut channels = Vec::with_capacity(config.connections);
+                for _ in 0..config.connections {
+                    channels.push(grpc::connect(target).await?);
+                }
+                let first = channels.first().cloned().ok_or_else(|| {
+                    LoadgenError::Config("--connections must be at least 1".into())
+                })?;
+                let registration = Registration::Grpc(KserveClient::new(first));
+                let (path, bodies) = if config.protocol == Protocol::TfsGrpc {
+                    (grpc::TFS_PREDICT, vec![payload::tfs_grpc(config, &data)])
+                } else {
+                    let bodies = bodies(&|shm| payload::kserve_grpc(config, &data, shm));
+                    (grpc::KSERVE_INFER, bodies)
+                };
                 (
-                    Sender::Grpc(GrpcSender::new(channel, grpc::KSERVE_INFER, bodies)),
-                    registration,
-                )
-            }
-            Protocol::TfsGrpc => {
-                let channel = grpc::connect(target).await?;
-                let registration = Registration::Grpc(KserveClient::new(channel.clone()));
-                let body = payload::tfs_grpc(config, &data);
-                (
-                    Sender::Grpc(GrpcSender::new(channel, grpc::TFS_PREDICT, vec![body])),
+                    Sender::Grpc(GrpcSender::new(channels, path, bodies)),
                     registration,
                 )
             }
