@@ -15,8 +15,11 @@ K8S_VERSION ?= 1.30.0
 K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/hpa.yaml \
 	deploy/k8s/pdb.yaml deploy/k8s/pvc.yaml
 
+# apt-get needs root; elsewhere it runs under sudo.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
 .PHONY: serve test venv build release lint fmt models perf-analyzer bench bench-quick bench-all \
-	bench-build mlserver clean tools deploy-check
+	bench-build bench-overload mlserver clean tools deploy-check
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
@@ -43,11 +46,11 @@ $(VENV_STAMP): requirements-dev.txt scripts/install-tfs-client.sh clients/python
 	scripts/install-tfs-client.sh $(VENV)
 	touch $@
 
-## tools: promtool (Debian's prometheus package) for the deployment checks; a no-op once present
+## tools: promtool (Debian's prometheus package) for the deployment checks and the metrics scrape test; a no-op once present
 tools:
 	@command -v promtool >/dev/null 2>&1 || { \
-		apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 ## deploy-check: what can be checked of deploy/ and docker-compose.yml without Docker or a cluster
 deploy-check: venv tools
@@ -90,6 +93,12 @@ $(MLSERVER_STAMP): bench/mlserver/requirements.txt requirements-dev.txt
 	$(MLSERVER_VENV)/bin/python -m pip install -q -r bench/mlserver/requirements.txt \
 		"$$(grep '^onnxruntime==' requirements-dev.txt)"
 	touch $@
+
+## bench-overload: about 4x capacity for 20 s with overload protection on and off (server on
+## core 0, load on core 1)
+bench-overload: release
+	cargo bench --bench overload --no-run
+	taskset -c 1 cargo bench --bench overload
 
 build:
 	cargo build

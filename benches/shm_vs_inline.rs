@@ -116,9 +116,14 @@ async fn start_server(root: &Path) -> BenchResult<String> {
     let url = format!("http://{}", grpc.local_addr()?);
     tokio::spawn(tensorport::run(
         infer,
-        Listeners { grpc, rest },
+        Listeners {
+            grpc,
+            rest,
+            metrics: None,
+        },
         ServerOptions {
             max_request_bytes: limit,
+            ..ServerOptions::default()
         },
         std::future::pending(),
     ));

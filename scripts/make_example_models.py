@@ -10,6 +10,7 @@ Writes:
   examples/models/multi_dtype/1/model.onnx    float64/int32/bool/string inputs
   tests/models/echo_<dtype>/1/model.onnx      y = Identity(x) for 13 dtypes
   tests/models/sum_rows/1/model.onnx          y = ReduceSum(x, axis 1): large input, small output
+  tests/models/spin/1/model.onnx              y = x after `rounds` loop iterations: a slow model
   tests/models/broken/1/model.onnx            garbage bytes (must fail to load)
 
 Usage: .venv/bin/python scripts/make_example_models.py [--check-only]
@@ -226,6 +227,55 @@ def sum_rows() -> onnx.ModelProto:
     return make_model(graph, "y = sum of each row of x: a large input with a small output")
 
 
+def spin() -> onnx.ModelProto:
+    """A model whose run time the client chooses: a Loop of `rounds` small matrix products
+    (data-dependent, so the runtime cannot fold it away), then y = x. For tests that need a
+    request to stay in flight (deadlines, queueing, graceful shutdown)."""
+    rng = np.random.default_rng(3003)
+    w = (rng.standard_normal((32, 32)) * 0.2).astype(np.float32)
+    s0 = (rng.standard_normal((32, 32)) * 0.2).astype(np.float32)
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+            helper.make_node("MatMul", ["state_in", "w"], ["product"], name="product"),
+            helper.make_node("Tanh", ["product"], ["state_out"], name="squash"),
+        ],
+        "spin_body",
+        inputs=[
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("state_in", TensorProto.FLOAT, [32, 32]),
+        ],
+        outputs=[
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [32, 32]),
+        ],
+    )
+    nodes = [
+        helper.make_node("Squeeze", ["rounds", "axis0"], ["trip_count"], name="trip_count"),
+        helper.make_node("Loop", ["trip_count", "", "s0"], ["state"], body=body, name="spin"),
+        helper.make_node("ReduceSum", ["state"], ["total"], keepdims=0, name="total"),
+        helper.make_node("Mul", ["total", "zero"], ["nothing"], name="nothing"),
+        helper.make_node("Add", ["x", "nothing"], ["y"], name="y"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "spin",
+        inputs=[
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch"]),
+            helper.make_tensor_value_info("rounds", TensorProto.INT64, [1]),
+        ],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch"])],
+        initializer=[
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(s0, "s0"),
+            numpy_helper.from_array(np.array([0], dtype=np.int64), "axis0"),
+            numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
+        ],
+    )
+    return make_model(graph, "y = x after `rounds` iterations of a 32x32 matrix product")
+
+
 def all_models() -> dict[Path, onnx.ModelProto]:
     ex = REPO / "examples" / "models"
     tm = REPO / "tests" / "models"
@@ -238,6 +288,7 @@ def all_models() -> dict[Path, onnx.ModelProto]:
     for name, et in ECHO_TYPES.items():
         models[tm / f"echo_{name}" / "1" / "model.onnx"] = echo(name, et)
     models[tm / "sum_rows" / "1" / "model.onnx"] = sum_rows()
+    models[tm / "spin" / "1" / "model.onnx"] = spin()
     return models
 
 
@@ -249,7 +300,9 @@ def _sample_inputs(sess) -> dict[str, np.ndarray]:
     for inp in sess.get_inputs():
         t = inp.type  # e.g. "tensor(float)"
         shape = [2 if not isinstance(d, int) else d for d in inp.shape]
-        if inp.name in ("user_id",):
+        if inp.name == "rounds":
+            feeds[inp.name] = np.array([1000], dtype=np.int64)
+        elif inp.name in ("user_id",):
             feeds[inp.name] = np.array([0, 99], dtype=np.int64)
         elif inp.name in ("item_id",):
             feeds[inp.name] = np.array([5, 999], dtype=np.int64)
@@ -285,6 +338,8 @@ def verify(path: Path) -> None:
         assert np.all((outs[0] > 0) & (outs[0] < 1))
     elif path.parent.parent.name == "sum_rows":
         np.testing.assert_allclose(outs[0], feeds["x"].sum(axis=1), rtol=1e-5, atol=1e-5)
+    elif path.parent.parent.name == "spin":
+        np.testing.assert_array_equal(outs[0], feeds["x"])
     elif path.parent.parent.name == "two_tower":
         assert outs[0].shape == (2,) and outs[0].dtype == np.float32
     elif path.parent.parent.name == "multi_dtype":

@@ -6,10 +6,15 @@ use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use http::HeaderName;
 
 use crate::batcher::BatchSettings;
+use crate::overload::{OverloadSettings, RateSettings};
+use crate::server::ServerOptions;
 use crate::shm::ShmPolicy;
 
 #[derive(Debug, Parser)]
@@ -96,6 +101,57 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_MAX_REQUEST_BYTES", default_value_t = 64 << 20,
           value_parser = clap::value_parser!(u64).range(1024..=(4u64 << 30)))]
     pub max_request_bytes: u64,
+
+    /// Requests per second each client may send (0: no rate limit). Clients are told apart by
+    /// --rate-limit-key-header when it is set and sent, else by IP address.
+    #[arg(long, env = "TENSORPORT_RATE_LIMIT_PER_SEC", default_value_t = 0)]
+    pub rate_limit_per_sec: u32,
+
+    /// Requests a client may send in a burst above its rate (0: one second's worth).
+    #[arg(long, env = "TENSORPORT_RATE_LIMIT_BURST", default_value_t = 0)]
+    pub rate_limit_burst: u32,
+
+    /// Request header holding a client's API key, to rate-limit per key rather than per IP.
+    #[arg(long, env = "TENSORPORT_RATE_LIMIT_KEY_HEADER", value_name = "HEADER")]
+    pub rate_limit_key_header: Option<HeaderName>,
+
+    /// Requests in flight across both ports; more are refused at once with 429 /
+    /// RESOURCE_EXHAUSTED (0: no limit).
+    #[arg(
+        long,
+        env = "TENSORPORT_MAX_CONCURRENT_REQUESTS",
+        default_value_t = 512
+    )]
+    pub max_concurrent_requests: usize,
+
+    /// Deadline in milliseconds for requests that set none (grpc-timeout, the
+    /// x-request-timeout-ms header, or KServe's timeout parameter); 0: none.
+    #[arg(long, env = "TENSORPORT_REQUEST_TIMEOUT_MS", default_value_t = 0)]
+    pub request_timeout_ms: u64,
+
+    /// On SIGTERM / SIGINT, how long requests in flight and queued may take to finish.
+    #[arg(long, env = "TENSORPORT_DRAIN_SECS", default_value_t = 30)]
+    pub drain_secs: u64,
+
+    /// On SIGTERM / SIGINT, how long readiness is false before the listeners close, so that
+    /// load balancers stop sending work first.
+    #[arg(long, env = "TENSORPORT_SHUTDOWN_DELAY_MS", default_value_t = 0)]
+    pub shutdown_delay_ms: u64,
+
+    /// Also serve /metrics and the health probes on this port (0 picks a free one).
+    #[arg(long, env = "TENSORPORT_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
+
+    /// Log lines as human-readable text or as JSON objects, one per line.
+    #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// Why the configuration was refused.
@@ -124,6 +180,30 @@ pub enum ConfigError {
 }
 
 impl ServeArgs {
+    /// The server's transport, overload and shutdown settings.
+    pub fn server_options(&self) -> ServerOptions {
+        let rate_limit = (self.rate_limit_per_sec > 0).then(|| RateSettings {
+            per_second: self.rate_limit_per_sec,
+            burst: if self.rate_limit_burst == 0 {
+                self.rate_limit_per_sec
+            } else {
+                self.rate_limit_burst
+            },
+            api_key_header: self.rate_limit_key_header.clone(),
+        });
+        ServerOptions {
+            max_request_bytes: usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX),
+            overload: OverloadSettings {
+                rate_limit,
+                max_concurrent_requests: self.max_concurrent_requests,
+                request_timeout: (self.request_timeout_ms > 0)
+                    .then(|| Duration::from_millis(self.request_timeout_ms)),
+            },
+            shutdown_delay: Duration::from_millis(self.shutdown_delay_ms),
+            drain: Duration::from_secs(self.drain_secs),
+        }
+    }
+
     /// The server-wide batching defaults these flags describe.
     pub fn batch_settings(&self) -> BatchSettings {
         BatchSettings {
@@ -243,6 +323,51 @@ mod tests {
         let serve = serve(cli);
         assert_eq!(serve.grpc_port, 8500);
         assert_eq!(serve.rest_port, 8501);
+        let options = serve.server_options();
+        assert!(options.overload.rate_limit.is_none());
+        assert_eq!(options.overload.max_concurrent_requests, 512);
+        assert_eq!(options.overload.request_timeout, None);
+        assert_eq!(options.drain, Duration::from_secs(30));
+        Ok(())
+    }
+
+    #[test]
+    fn overload_flags_build_the_settings() -> Result<(), ConfigError> {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_string_lossy();
+        let cli = Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-dir",
+            &dir,
+            "--rate-limit-per-sec",
+            "50",
+            "--rate-limit-key-header",
+            "x-api-key",
+            "--max-concurrent-requests",
+            "0",
+            "--request-timeout-ms",
+            "250",
+            "--drain-secs",
+            "5",
+            "--log-format",
+            "json",
+        ]))?;
+        let serve = serve(cli);
+        assert_eq!(serve.log_format, LogFormat::Json);
+        let options = serve.server_options();
+        let rate = options.overload.rate_limit.expect("rate limit on");
+        assert_eq!((rate.per_second, rate.burst), (50, 50));
+        assert_eq!(
+            rate.api_key_header.as_ref().map(|h| h.as_str()),
+            Some("x-api-key")
+        );
+        assert_eq!(options.overload.max_concurrent_requests, 0);
+        assert_eq!(
+            options.overload.request_timeout,
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(options.drain, Duration::from_secs(5));
         Ok(())
     }
 

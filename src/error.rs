@@ -79,6 +79,19 @@ pub struct ErrorRow {
 }
 
 impl ErrorKind {
+    /// Every kind, for reading the table backwards (from a status to its kind).
+    pub const ALL: [ErrorKind; 9] = [
+        Self::NotFound,
+        Self::InvalidArgument,
+        Self::AlreadyExists,
+        Self::PermissionDenied,
+        Self::Unavailable,
+        Self::ResourceExhausted,
+        Self::DeadlineExceeded,
+        Self::Unimplemented,
+        Self::Internal,
+    ];
+
     /// The single source of truth for status codes.
     pub const fn table(self) -> ErrorRow {
         use tonic::Code;

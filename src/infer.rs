@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::backend::{NamedTensor, OutputTarget, Signature};
-use crate::batcher::BatchRequest;
+use crate::batcher::{BatchRequest, Priority};
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
 use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
@@ -23,6 +23,9 @@ pub struct Prediction {
     pub output_filter: Vec<String>,
     /// Where to write each output of `output_filter`, if the caller has a place for it.
     pub output_targets: Vec<OutputTarget>,
+    /// When the client stops waiting; the batcher drops the request unrun after it.
+    pub deadline: Option<tokio::time::Instant>,
+    pub priority: Priority,
 }
 
 /// The outputs of a prediction and the version that produced them.
@@ -65,6 +68,11 @@ impl InferService {
         &self.metrics
     }
 
+    /// The metrics handle itself, for layers that outlive a borrow.
+    pub fn shared_metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
     pub fn shm(&self) -> &ShmRegistry {
         &self.shm
     }
@@ -96,6 +104,8 @@ impl InferService {
             inputs,
             output_filter,
             output_targets,
+            deadline,
+            priority,
         } = request;
         let sig = model
             .backend
@@ -115,8 +125,9 @@ impl InferService {
                 signature,
                 inputs,
                 outputs,
-                deadline: None,
+                deadline,
                 targets: output_targets,
+                priority,
             })
             .await;
         match result {

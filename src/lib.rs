@@ -4,8 +4,10 @@
 //! How a request flows:
 //!
 //! ```text
-//! socket ─> api::{tfserving} (wire -> Tensor, validated)
+//! socket ─> overload (request id, rate limit, concurrency limit, deadline)
+//!        ─> api::{tfserving, kserve} (wire -> Tensor, validated)
 //!        ─> infer::InferService (resolve model@version, check signature)
+//!        ─> batcher (bounded queue per version; drops expired work)
 //!        ─> backend::Backend (ONNX Runtime, on a blocking thread)
 //!        <─ outputs encoded in the caller's protocol
 //! ```
@@ -16,7 +18,10 @@
 //! - [`batcher`]: per-version dynamic batching in front of a backend (bounded queue, one batch
 //!   in flight).
 //! - [`tensor`]: the one domain tensor type and its decoding limits.
-//! - [`server`]: binds nothing itself; takes listeners and a shutdown future.
+//! - [`overload`]: the tower stack both servers run, read top to bottom as policy.
+//! - [`request`]: what travels with a request besides its body (id, protocol, deadline).
+//! - [`metrics`]: every Prometheus metric, built once and passed in.
+//! - [`server`]: binds nothing itself; takes listeners and a shutdown future, and drains.
 
 pub mod api;
 pub mod backend;
@@ -25,8 +30,10 @@ pub mod config;
 pub mod error;
 pub mod infer;
 pub mod metrics;
+pub mod overload;
 pub mod proto;
 pub mod repository;
+pub mod request;
 pub mod server;
 pub mod shm;
 pub mod stats;

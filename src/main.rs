@@ -10,13 +10,13 @@ use std::time::Duration;
 
 use tensorport::backend::onnx::{OnnxRuntime, OnnxThreads};
 use tensorport::backend::onnx_library;
-use tensorport::config::{Cli, Command, ConfigError, ServeArgs};
+use tensorport::config::{Cli, Command, ConfigError, LogFormat, ServeArgs};
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
 use tensorport::repository::{Loader, ModelRepository};
 use tensorport::shm::ShmRegistry;
 use tensorport::tensor::DecodeLimits;
-use tensorport::{Listeners, ServerOptions};
+use tensorport::Listeners;
 
 /// Environment variable `ort` itself honours; read here once and passed down.
 const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
@@ -30,22 +30,33 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
-
     let Command::Serve(args) = cli.command;
+    init_logging(args.log_format);
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs to stderr, filtered by RUST_LOG (default `info`; `tensorport::access=debug` adds one
+/// line per request).
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        // One object per line; the request's span (id, protocol, path) rides along.
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
     }
 }
 
@@ -92,7 +103,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .clone()
                 .watch(Duration::from_secs(args.model_poll_secs))
         });
-        let max_request_bytes = usize::try_from(args.max_request_bytes).unwrap_or(usize::MAX);
+        let options = args.server_options();
+        let max_request_bytes = options.max_request_bytes;
         let infer = Arc::new(InferService::new(
             repository,
             DecodeLimits {
@@ -103,15 +115,24 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         ));
         let grpc = bind(SocketAddr::new(args.host, args.grpc_port), "--grpc-port").await?;
         let rest = bind(SocketAddr::new(args.host, args.rest_port), "--rest-port").await?;
+        let metrics = match args.metrics_port {
+            Some(port) => Some(bind(SocketAddr::new(args.host, port), "--metrics-port").await?),
+            None => None,
+        };
         tracing::info!(
             grpc = %local(&grpc),
             rest = %local(&rest),
+            metrics = %metrics.as_ref().map(local).unwrap_or_default(),
             "listening"
         );
         let served = tensorport::run(
             infer,
-            Listeners { grpc, rest },
-            ServerOptions { max_request_bytes },
+            Listeners {
+                grpc,
+                rest,
+                metrics,
+            },
+            options,
             shutdown_signal(),
         )
         .await
@@ -160,5 +181,5 @@ async fn shutdown_signal() {
     {
         let _ = ctrl_c.await;
     }
-    tracing::info!("shutting down");
+    tracing::info!("shutdown signal received");
 }

@@ -1,10 +1,15 @@
-//! Prometheus metrics, built once at start-up and passed to whoever records them.
+//! Prometheus metrics, built once at start-up and passed to whoever records them. Names follow
+//! Prometheus conventions: prefix `tensorport_`, base units in the name (`_seconds`,
+//! `_bytes`), `_total` on counters (added by the encoder).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+use crate::request::Protocol;
 
 /// Where on the request path tensor bytes were copied.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
@@ -27,6 +32,37 @@ impl CopyStage {
     }
 }
 
+/// Why a request was refused for overload.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// The client's per-client rate limit.
+    RateLimit,
+    /// The server-wide limit on requests in flight.
+    Concurrency,
+    /// The model version's queue was full.
+    QueueFull,
+    /// The deadline passed before the request could run.
+    Deadline,
+}
+
+impl RefusalReason {
+    pub const ALL: [Self; 4] = [
+        Self::RateLimit,
+        Self::Concurrency,
+        Self::QueueFull,
+        Self::Deadline,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::RateLimit => "rate_limit",
+            Self::Concurrency => "concurrency",
+            Self::QueueFull => "queue_full",
+            Self::Deadline => "deadline",
+        }
+    }
+}
+
 /// What happened to a model version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelEvent {
@@ -36,13 +72,87 @@ pub enum ModelEvent {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabels {
+    stage: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    model: String,
+    version: String,
+    protocol: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    model: String,
+    protocol: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    model: String,
+    version: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabels {
     model: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StageLabels {
-    stage: &'static str,
+struct RefusalLabels {
+    reason: &'static str,
+    protocol: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Latency buckets, in seconds: 50 us to 10 s, about 2.5x apart, so that both a refusal
+/// (microseconds) and a queued request under overload (tens of milliseconds) land in a bucket
+/// that tells them apart.
+fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+        1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+/// Rows per executed batch: powers of two up to 1024.
+fn batch_histogram() -> Histogram {
+    Histogram::new((0..=10).map(|power| f64::from(1u32 << power)))
+}
+
+/// The histograms of one model version, resolved once so that the batcher does not look up
+/// its labels on every batch.
+#[derive(Clone)]
+pub struct ModelMetrics {
+    queue_wait: Histogram,
+    inference: Histogram,
+    batch_size: Histogram,
+}
+
+impl ModelMetrics {
+    pub fn observe_queue_wait(&self, waited: std::time::Duration) {
+        self.queue_wait.observe(waited.as_secs_f64());
+    }
+
+    pub fn observe_execution(&self, took: std::time::Duration, rows: u64) {
+        self.inference.observe(took.as_secs_f64());
+        self.batch_size.observe(rows as f64);
+    }
+}
+
+impl Default for ModelMetrics {
+    /// Handles registered nowhere, for batchers run without a server (tests).
+    fn default() -> Self {
+        Self {
+            queue_wait: latency_histogram(),
+            inference: latency_histogram(),
+            batch_size: batch_histogram(),
+        }
+    }
 }
 
 /// Every metric the server exports.
@@ -51,9 +161,19 @@ pub struct Metrics {
     tensor_bytes_copied: Family<StageLabels, Counter>,
     shm_regions: Gauge,
     shm_bytes_mapped: Gauge,
+    requests: Family<RequestLabels, Counter>,
+    request_duration: Histograms<LatencyLabels>,
+    queue_wait: Histograms<VersionLabels>,
+    inference_duration: Histograms<VersionLabels>,
+    batch_size: Histograms<VersionLabels>,
+    queue_depth: Family<VersionLabels, Gauge>,
+    in_flight: Gauge,
+    refusals: Family<RefusalLabels, Counter>,
     model_loads: Family<ModelLabels, Counter>,
     model_unloads: Family<ModelLabels, Counter>,
     model_load_failures: Family<ModelLabels, Counter>,
+    resident_memory: Gauge,
+    virtual_memory: Gauge,
 }
 
 impl Default for Metrics {
@@ -93,6 +213,67 @@ impl Metrics {
             "Bytes of registered system shared-memory regions",
             shm_bytes_mapped.clone(),
         );
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests answered, by model, version, protocol and outcome (the error_type of the \
+             error table, ok, or cancelled when the client left first)",
+            requests.clone(),
+        );
+        let request_duration: Histograms<LatencyLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from a request's arrival to its answer, by protocol and model",
+            request_duration.clone(),
+        );
+        let queue_wait: Histograms<VersionLabels> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "queue_wait_seconds",
+            "Time requests waited in their model version's queue before running",
+            queue_wait.clone(),
+        );
+        let inference_duration: Histograms<VersionLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "inference_duration_seconds",
+            "Time per executed batch: gathering inputs, the runtime, splitting outputs",
+            inference_duration.clone(),
+        );
+        let batch_size: Histograms<VersionLabels> = Family::new_with_constructor(batch_histogram);
+        registry.register(
+            "batch_size_rows",
+            "Rows (inferences) per executed batch",
+            batch_size.clone(),
+        );
+        let queue_depth = Family::<VersionLabels, Gauge>::default();
+        registry.register(
+            "queue_depth_requests",
+            "Requests waiting in a model version's queue, sampled at scrape time",
+            queue_depth.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "requests_in_flight",
+            "Requests admitted by the concurrency limit and not yet answered",
+            in_flight.clone(),
+        );
+        let refusals = Family::<RefusalLabels, Counter>::default();
+        // Every reason starts at zero on every protocol, so that dashboards and alerts see the
+        // series (and `rate()` works) before the first refusal.
+        for reason in RefusalReason::ALL {
+            for protocol in Protocol::SERVING {
+                refusals.get_or_create_owned(&RefusalLabels {
+                    reason: reason.label(),
+                    protocol: protocol.label(),
+                });
+            }
+        }
+        registry.register(
+            "refusals",
+            "Requests refused for overload, by reason and protocol",
+            refusals.clone(),
+        );
         let model_loads = Family::<ModelLabels, Counter>::default();
         registry.register("model_loads", "Model versions loaded", model_loads.clone());
         let model_unloads = Family::<ModelLabels, Counter>::default();
@@ -107,14 +288,36 @@ impl Metrics {
             "Model versions that failed to load or to warm up",
             model_load_failures.clone(),
         );
+        let resident_memory = Gauge::default();
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident memory of the server process",
+            resident_memory.clone(),
+        );
+        let virtual_memory = Gauge::default();
+        registry.register(
+            "process_virtual_memory_bytes",
+            "Virtual memory of the server process",
+            virtual_memory.clone(),
+        );
         Self {
             registry,
             tensor_bytes_copied,
             shm_regions,
             shm_bytes_mapped,
+            requests,
+            request_duration,
+            queue_wait,
+            inference_duration,
+            batch_size,
+            queue_depth,
+            in_flight,
+            refusals,
             model_loads,
             model_unloads,
             model_load_failures,
+            resident_memory,
+            virtual_memory,
         }
     }
 
@@ -155,11 +358,186 @@ impl Metrics {
         self.shm_bytes_mapped.set(bytes.min(i64::MAX as u64) as i64);
     }
 
+    /// Counts one answered request. `model` is `None` for requests that never resolved a
+    /// model (refused at the edge, unknown model, control-plane calls).
+    pub fn record_request(
+        &self,
+        protocol: Protocol,
+        model: Option<(&str, u64)>,
+        outcome: &'static str,
+        took: std::time::Duration,
+    ) {
+        let (name, version) = match model {
+            Some((name, version)) => (name.to_owned(), version.to_string()),
+            None => (String::new(), String::new()),
+        };
+        self.request_duration
+            .get_or_create(&LatencyLabels {
+                model: name.clone(),
+                protocol: protocol.label(),
+            })
+            .observe(took.as_secs_f64());
+        self.requests
+            .get_or_create(&RequestLabels {
+                model: name,
+                version,
+                protocol: protocol.label(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Requests counted so far with these labels (for tests and the benchmark).
+    pub fn requests(
+        &self,
+        protocol: Protocol,
+        model: Option<(&str, u64)>,
+        outcome: &'static str,
+    ) -> u64 {
+        let (model, version) = match model {
+            Some((name, version)) => (name.to_owned(), version.to_string()),
+            None => (String::new(), String::new()),
+        };
+        self.requests
+            .get(&RequestLabels {
+                model,
+                version,
+                protocol: protocol.label(),
+                outcome,
+            })
+            .map_or(0, |counter| counter.get())
+    }
+
+    pub fn record_refusal(&self, reason: RefusalReason, protocol: Protocol) {
+        self.refusals
+            .get_or_create(&RefusalLabels {
+                reason: reason.label(),
+                protocol: protocol.label(),
+            })
+            .inc();
+    }
+
+    /// Refusals counted so far for `reason` on `protocol`.
+    pub fn refusals(&self, reason: RefusalReason, protocol: Protocol) -> u64 {
+        self.refusals
+            .get(&RefusalLabels {
+                reason: reason.label(),
+                protocol: protocol.label(),
+            })
+            .map_or(0, |counter| counter.get())
+    }
+
+    /// The in-flight gauge, for the concurrency layer to move.
+    pub fn in_flight(&self) -> Gauge {
+        self.in_flight.clone()
+    }
+
+    /// The histograms a model version's batcher records into.
+    pub fn model(&self, name: &str, version: u64) -> ModelMetrics {
+        let labels = VersionLabels {
+            model: name.to_owned(),
+            version: version.to_string(),
+        };
+        ModelMetrics {
+            queue_wait: self.queue_wait.get_or_create_owned(&labels),
+            inference: self.inference_duration.get_or_create_owned(&labels),
+            batch_size: self.batch_size.get_or_create_owned(&labels),
+        }
+    }
+
+    /// Replaces the queue-depth gauges with `depths` (model, version, waiting), so that
+    /// versions no longer loaded disappear from the scrape.
+    pub fn set_queue_depths<'a>(&self, depths: impl IntoIterator<Item = (&'a str, u64, usize)>) {
+        self.queue_depth.clear();
+        for (model, version, waiting) in depths {
+            self.queue_depth
+                .get_or_create(&VersionLabels {
+                    model: model.to_owned(),
+                    version: version.to_string(),
+                })
+                .set(i64::try_from(waiting).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Samples the process's memory (Linux `/proc/self/statm`; elsewhere the gauges stay 0).
+    pub fn sample_process(&self) {
+        if let Some((virtual_bytes, resident_bytes)) = process_memory() {
+            self.virtual_memory
+                .set(i64::try_from(virtual_bytes).unwrap_or(i64::MAX));
+            self.resident_memory
+                .set(i64::try_from(resident_bytes).unwrap_or(i64::MAX));
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// `(virtual, resident)` bytes of this process, from `/proc/self/statm` (sizes in pages).
+fn process_memory() -> Option<(u64, u64)> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let mut fields = statm.split_ascii_whitespace();
+    let size: u64 = fields.next()?.parse().ok()?;
+    let resident: u64 = fields.next()?.parse().ok()?;
+    let page = rustix::param::page_size() as u64;
+    Some((size.saturating_mul(page), resident.saturating_mul(page)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_carry_prefix_units_and_total() {
+        let metrics = Metrics::new();
+        metrics.record_request(
+            Protocol::KserveGrpc,
+            Some(("m", 2)),
+            "ok",
+            std::time::Duration::from_millis(3),
+        );
+        metrics.record_refusal(RefusalReason::Concurrency, Protocol::KserveHttp);
+        metrics.record_model_event("m", ModelEvent::Loaded);
+        metrics
+            .model("m", 2)
+            .observe_execution(std::time::Duration::from_micros(300), 8);
+        metrics.set_queue_depths([("m", 2, 5)]);
+        metrics.sample_process();
+        let text = metrics.encode();
+        for expected in [
+            "tensorport_requests_total{model=\"m\",version=\"2\",protocol=\"kserve-grpc\",outcome=\"ok\"} 1",
+            "tensorport_refusals_total{reason=\"concurrency\",protocol=\"kserve-http\"} 1",
+            "tensorport_model_loads_total{model=\"m\"} 1",
+            "tensorport_batch_size_rows_bucket{le=\"8.0\",model=\"m\",version=\"2\"} 1",
+            "tensorport_queue_depth_requests{model=\"m\",version=\"2\"} 5",
+            "tensorport_request_duration_seconds_count",
+            "tensorport_inference_duration_seconds_sum",
+            "tensorport_process_resident_memory_bytes",
+        ] {
+            assert!(text.contains(expected), "missing {expected} in:\n{text}");
+        }
+        assert_eq!(
+            metrics.requests(Protocol::KserveGrpc, Some(("m", 2)), "ok"),
+            1
+        );
+        assert_eq!(
+            metrics.refusals(RefusalReason::Concurrency, Protocol::KserveHttp),
+            1
+        );
+    }
+
+    #[test]
+    fn queue_depths_forget_versions_that_went_away() {
+        let metrics = Metrics::new();
+        metrics.set_queue_depths([("a", 1, 1), ("b", 1, 2)]);
+        metrics.set_queue_depths([("b", 1, 0)]);
+        let text = metrics.encode();
+        assert!(!text.contains("model=\"a\""), "{text}");
+        assert!(text.contains("tensorport_queue_depth_requests{model=\"b\",version=\"1\"} 0"));
     }
 }

@@ -4,8 +4,6 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-// Shared test support; this test uses only part of it.
-#[allow(dead_code)]
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

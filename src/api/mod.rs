@@ -1,9 +1,11 @@
 //! Protocol adapters: wire formats in, domain types to [`crate::infer::InferService`], wire
 //! formats out.
 
+pub mod health;
 pub mod json_body;
 pub mod json_tensor;
 pub mod kserve;
 pub mod rest_util;
 pub mod route_table;
+pub mod scrape;
 pub mod tfserving;

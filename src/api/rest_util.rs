@@ -56,6 +56,12 @@ impl IntoResponse for RestError {
                 .headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(allow));
         }
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            // A full model queue drains in well under a second; HTTP counts whole seconds.
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         response
     }
 }

@@ -74,7 +74,9 @@ impl BatcherHandle {
         let admitted = self
             .depth
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
-                self.policy.admits(waiting).then_some(waiting + 1)
+                self.policy
+                    .admits(waiting, request.priority)
+                    .then_some(waiting + 1)
             });
         if admitted.is_err() {
             return Err(self.queue_full());

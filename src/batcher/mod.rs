@@ -16,6 +16,7 @@
 mod gather;
 mod handle;
 mod policy;
+mod priority;
 mod settings;
 mod task;
 #[cfg(test)]
@@ -24,6 +25,7 @@ mod tests;
 pub use gather::{batch_key, gather, scatter, BatchKey};
 pub use handle::{BatcherHandle, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Next, Queued, Step};
+pub use priority::Priority;
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
 pub use task::{Batcher, Telemetry};
 
@@ -47,6 +49,8 @@ pub struct BatchRequest {
     /// Where the caller wants each output written (aligned with `outputs`; may be empty). A
     /// request with targets always runs alone.
     pub targets: Vec<OutputTarget>,
+    /// High-priority requests may use the queue's reserve and run before default ones.
+    pub priority: Priority,
 }
 
 /// Failures of merging, splitting or running a batch. All are server-side (INTERNAL): the

@@ -12,10 +12,15 @@
 //!    prefix of the batch adds up to a preferred size, the longest such prefix is cut at once.
 //! 4. An entry that cannot merge (no key, more rows than a batch, batching off) is ready at once.
 //! 5. Of the ready batches, the one whose oldest entry arrived first runs.
+//!
+//! Priority: a high-priority entry is queued ahead of every default one (behind earlier
+//! high-priority ones), so "arrival order" above means priority first, then arrival; and
+//! [`BatchPolicy::admits`] lets high-priority requests into a reserve past `max_queue_size`.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::priority::Priority;
 use super::settings::{BatchSettings, MAX_QUEUE_SIZE};
 
 /// The settings the queue acts on, normalised so that any [`BatchSettings`] gives a working
@@ -62,9 +67,24 @@ impl BatchPolicy {
         self.max_queue_size
     }
 
-    /// Whether one more request may wait when `waiting` already do.
-    pub fn admits(&self, waiting: usize) -> bool {
-        waiting < self.max_queue_size
+    /// Places past `max_queue_size` that only high-priority requests may take: a quarter of
+    /// the queue, at least one. A full queue of default requests then still admits urgent
+    /// ones, and the total stays bounded.
+    pub fn priority_reserve(&self) -> usize {
+        (self.max_queue_size / 4).max(1)
+    }
+
+    /// The most requests that can ever wait at once, reserve included: the channel's bound.
+    pub fn capacity(&self) -> usize {
+        self.max_queue_size + self.priority_reserve()
+    }
+
+    /// Whether one more request of `priority` may wait when `waiting` already do.
+    pub fn admits(&self, waiting: usize, priority: Priority) -> bool {
+        match priority {
+            Priority::Default => waiting < self.max_queue_size,
+            Priority::High => waiting < self.capacity(),
+        }
     }
 
     fn is_preferred(&self, rows: usize) -> bool {
@@ -81,6 +101,7 @@ pub struct Queued<K, T> {
     pub rows: usize,
     pub enqueued: Instant,
     pub deadline: Option<Instant>,
+    pub priority: Priority,
     /// What the caller needs back to run and answer the request.
     pub item: T,
 }
@@ -150,12 +171,22 @@ impl<K: PartialEq, T> BatchQueue<K, T> {
         self.entries.is_empty()
     }
 
-    /// Queues `entry`, taking away its key when it cannot merge under this policy.
+    /// Queues `entry`, taking away its key when it cannot merge under this policy. A
+    /// high-priority entry goes behind the last high-priority one, ahead of default ones.
     pub fn push(&mut self, mut entry: Queued<K, T>) {
         if !self.policy.batching_enabled() || entry.rows > self.policy.max_batch_size {
             entry.key = None;
         }
-        self.entries.push_back(entry);
+        match entry.priority {
+            Priority::Default => self.entries.push_back(entry),
+            Priority::High => {
+                // Entries are kept sorted by priority, so the boundary is a binary search.
+                let at = self
+                    .entries
+                    .partition_point(|queued| queued.priority == Priority::High);
+                self.entries.insert(at, entry);
+            }
+        }
     }
 
     /// From now on every group is ready at once: the queue is being drained.

@@ -22,6 +22,7 @@ fn entry(id: u32, key: Option<char>, rows: usize, at: Instant) -> Queued<char, u
         rows,
         enqueued: at,
         deadline: None,
+        priority: Priority::Default,
         item: id,
     }
 }
@@ -282,8 +283,10 @@ fn settings_are_normalised() {
     });
     assert_eq!(policy.preferred_batch_sizes, vec![2, 4]);
     assert_eq!(policy.max_queue_size(), 1);
-    assert!(policy.admits(0));
-    assert!(!policy.admits(1));
+    assert!(policy.admits(0, Priority::Default));
+    assert!(!policy.admits(1, Priority::Default));
+    assert!(policy.admits(1, Priority::High));
+    assert!(!policy.admits(2, Priority::High));
     let off = BatchPolicy::new(&BatchSettings::default());
     assert!(!off.batching_enabled());
     assert_eq!(off.max_batch_size(), 1);
@@ -292,4 +295,48 @@ fn settings_are_normalised() {
         ..BatchSettings::default()
     });
     assert_eq!(huge.max_queue_size(), MAX_QUEUE_SIZE);
+}
+
+#[test]
+fn high_priority_has_a_reserve_past_the_queue_limit() {
+    let policy = BatchPolicy::new(&settings(1, &[]));
+    // settings() queues 100: default requests stop there, high ones a quarter later.
+    assert!(policy.admits(99, Priority::Default));
+    assert!(!policy.admits(100, Priority::Default));
+    assert!(policy.admits(100, Priority::High));
+    assert!(policy.admits(124, Priority::High));
+    assert!(!policy.admits(125, Priority::High));
+    assert_eq!(policy.capacity(), 125);
+}
+
+#[test]
+fn high_priority_entries_run_before_default_ones_in_their_own_arrival_order() {
+    let t0 = Instant::now();
+    let mut queue = queue(1, &[]);
+    let high = |id| Queued {
+        priority: Priority::High,
+        ..entry(id, None, 1, t0)
+    };
+    push_all(&mut queue, &[(1, None, 1), (2, None, 1)], t0);
+    queue.push(high(3));
+    queue.push(entry(4, None, 1, t0));
+    queue.push(high(5));
+    let order: Vec<u32> = (0..5)
+        .filter_map(|_| step(&mut queue, t0).ok())
+        .flatten()
+        .collect();
+    assert_eq!(order, vec![3, 5, 1, 2, 4]);
+}
+
+#[test]
+fn a_high_priority_entry_leads_its_batch() {
+    let t0 = Instant::now();
+    let mut queue = queue(2, &[]);
+    push_all(&mut queue, &[(1, Some('a'), 1), (2, Some('a'), 1)], t0);
+    queue.push(Queued {
+        priority: Priority::High,
+        ..entry(3, Some('a'), 1, t0)
+    });
+    assert_eq!(step(&mut queue, t0 + DELAY), Ok(vec![3, 1]));
+    assert_eq!(step(&mut queue, t0 + DELAY), Ok(vec![2]));
 }

@@ -19,7 +19,7 @@ use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::{BatchError, BatchRequest, BatchSettings};
 use crate::backend::{Backend, BackendError, NamedTensor, OutputTarget};
 use crate::error::Error;
-use crate::metrics::{CopyStage, Metrics};
+use crate::metrics::{CopyStage, Metrics, ModelMetrics};
 use crate::stats::ModelStats;
 
 pub(super) type Reply = Result<Vec<NamedTensor>, Error>;
@@ -74,6 +74,8 @@ enum Event {
 pub struct Telemetry {
     pub stats: Arc<ModelStats>,
     pub metrics: Arc<Metrics>,
+    /// The version the batcher serves, for the metrics' labels.
+    pub version: u64,
 }
 
 /// The batching actor of one model version. Start it with [`Batcher::spawn`].
@@ -81,6 +83,7 @@ pub struct Batcher {
     model: String,
     backend: Arc<dyn Backend>,
     telemetry: Telemetry,
+    histograms: ModelMetrics,
     receiver: mpsc::Receiver<Message>,
     queue: BatchQueue<BatchKey, Waiting>,
     /// Requests admitted and not yet cut into a batch or dropped; shared with the handle,
@@ -99,15 +102,17 @@ impl Batcher {
     ) -> BatcherHandle {
         let model = model.into();
         let policy = BatchPolicy::new(settings);
-        // Admission is counted in `depth`, which never exceeds `max_queue_size`, and a
+        // Admission is counted in `depth`, which never exceeds `capacity`, and a
         // message in the channel is always counted: so the channel cannot fill up, and its
         // bound only backs the count up.
-        let (sender, receiver) = mpsc::channel(policy.max_queue_size());
+        let (sender, receiver) = mpsc::channel(policy.capacity());
         let depth = Arc::new(AtomicUsize::new(0));
+        let histograms = telemetry.metrics.model(&model, telemetry.version);
         let batcher = Batcher {
             model: model.clone(),
             backend,
             telemetry,
+            histograms,
             receiver,
             queue: BatchQueue::new(policy.clone()),
             depth: depth.clone(),
@@ -194,6 +199,7 @@ impl Batcher {
             outputs,
             deadline,
             targets,
+            priority,
         } = request;
         // A request that wants outputs written into its own memory runs alone.
         let mergeable = targets.iter().all(Option::is_none);
@@ -210,6 +216,7 @@ impl Batcher {
             rows,
             enqueued: enqueued.into_std(),
             deadline: deadline.map(Instant::into_std),
+            priority,
             item: Waiting {
                 signature,
                 inputs,
@@ -234,6 +241,7 @@ impl Batcher {
             let waiting = queued.item;
             let waited = waiting.enqueued.elapsed();
             self.telemetry.stats.queue.record(waited);
+            self.histograms.observe_queue_wait(waited);
             let queued_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
             waiting
                 .span
@@ -265,7 +273,9 @@ impl Batcher {
             .sum();
         let backend = self.backend.clone();
         let telemetry = self.telemetry.clone();
+        let histograms = self.histograms.clone();
         let task = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let outcome = span.in_scope(|| {
                 let run = Run {
                     signature,
@@ -278,6 +288,7 @@ impl Batcher {
             });
             if outcome.is_ok() {
                 telemetry.stats.record_execution(inferences);
+                histograms.observe_execution(started.elapsed(), inferences);
             }
             outcome
         });

@@ -146,6 +146,7 @@ fn request(value: f32, rows: usize, width: usize) -> BatchRequest {
         inputs: vec![("x".into(), x)],
         outputs: vec!["y".into()],
         deadline: None,
+        priority: Priority::Default,
     }
 }
 
@@ -323,6 +324,43 @@ async fn a_full_queue_refuses_at_once() {
     }
     assert_eq!(handle.queue_depth(), 0);
     assert_eq!(batches(&mock), vec![vec![1.0], vec![2.0, 3.0]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_still_admits_high_priority_requests_and_runs_them_first() {
+    let (mock, permits, mut starts) = Mock::gated(Behaviour::Double);
+    let mock = Arc::new(mock);
+    let mut config = settings(1, Duration::ZERO);
+    config.max_queue_size = 2;
+    let handle = spawn(&mock, &config);
+    let running = handle.enqueue(request(1.0, 1, 2)).unwrap();
+    starts.recv().await.unwrap();
+    let queued = enqueue_all(&handle, &[2.0, 3.0]);
+    assert!(matches!(
+        handle.enqueue(request(4.0, 1, 2)),
+        Err(Error::QueueFull { .. })
+    ));
+    let urgent = |value| BatchRequest {
+        priority: Priority::High,
+        ..request(value, 1, 2)
+    };
+    // A queue of 2 has a reserve of 1 for high priority, and no more.
+    let first = handle.enqueue(urgent(5.0)).unwrap();
+    assert!(matches!(
+        handle.enqueue(urgent(6.0)),
+        Err(Error::QueueFull { .. })
+    ));
+
+    for _ in 0..4 {
+        permits.send(()).unwrap();
+    }
+    doubled(running.await, 1.0);
+    doubled(first.await, 5.0);
+    join_all(queued).await;
+    assert_eq!(
+        batches(&mock),
+        vec![vec![1.0], vec![5.0], vec![2.0], vec![3.0]]
+    );
 }
 
 #[tokio::test(start_paused = true)]

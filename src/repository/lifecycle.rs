@@ -403,6 +403,7 @@ impl ModelRepository {
                 let telemetry = Telemetry {
                     stats: stats.clone(),
                     metrics: self.loader.metrics.clone(),
+                    version: folder.version,
                 };
                 let batcher = Batcher::spawn(model, backend.clone(), &batching, telemetry);
                 let (alive_tx, alive_rx) = oneshot::channel();

@@ -2,6 +2,8 @@
 
 // Test support fails loudly: a panic here is a failed test with its message.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+// Each test binary uses its own subset of this support.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -42,6 +44,7 @@ pub fn onnx_runtime() -> OnnxRuntime {
 pub struct TestServer {
     pub rest_url: String,
     pub grpc_url: String,
+    pub metrics: Arc<Metrics>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -49,6 +52,16 @@ pub struct TestServer {
 impl TestServer {
     /// Serves `examples/models` on two free loopback ports.
     pub async fn start() -> Self {
+        Self::start_with(
+            "examples/models",
+            BatchSettings::default(),
+            ServerOptions::default(),
+        )
+        .await
+    }
+
+    /// Serves the models in `models` (relative to the checkout) with these settings.
+    pub async fn start_with(models: &str, batching: BatchSettings, options: ServerOptions) -> Self {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx: onnx_runtime(),
@@ -56,10 +69,10 @@ impl TestServer {
                 intra_op: 1,
                 inter_op: 1,
             },
-            default_batching: BatchSettings::default(),
+            default_batching: batching,
             metrics: metrics.clone(),
         };
-        let repository = Arc::new(ModelRepository::new(&repo_path("examples/models"), loader));
+        let repository = Arc::new(ModelRepository::new(&repo_path(models), loader));
         repository
             .reconcile()
             .await
@@ -67,7 +80,7 @@ impl TestServer {
         let infer = Arc::new(InferService::new(
             repository,
             DecodeLimits::default(),
-            metrics,
+            metrics.clone(),
             Arc::new(ShmRegistry::new(ShmPolicy::Local)),
         ));
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind gRPC");
@@ -76,10 +89,12 @@ impl TestServer {
         let rest_url = format!("http://{}", rest.local_addr().expect("REST address"));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let options = ServerOptions {
-                max_request_bytes: 64 << 20,
+            let listeners = Listeners {
+                grpc,
+                rest,
+                metrics: None,
             };
-            tensorport::run(infer, Listeners { grpc, rest }, options, async {
+            tensorport::run(infer, listeners, options, async {
                 let _ = stopped.await;
             })
             .await
@@ -88,16 +103,27 @@ impl TestServer {
         Self {
             rest_url,
             grpc_url,
+            metrics,
             stop: Some(stop),
             task,
         }
     }
 
-    /// Stops the server and waits until it has.
-    pub async fn stop(mut self) {
+    /// Resolves the server's shutdown future: it starts draining.
+    pub fn begin_stop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+
+    /// Whether `run` has returned.
+    pub fn has_stopped(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops the server and waits until it has.
+    pub async fn stop(mut self) {
+        self.begin_stop();
         (&mut self.task)
             .await
             .expect("server task finished cleanly");

@@ -87,6 +87,8 @@ CASES = [
     ("GET", "/v2", {}, {}, 200),
     ("GET", "/v2/health/live", {}, {}, 200),
     ("GET", "/v2/health/ready", {}, {}, 200),
+    ("GET", "/livez", {}, {}, 200),
+    ("GET", "/readyz", {}, {}, 200),
     ("GET", "/v2/models/stats", {}, {}, 200),
     ("GET", "/v2/models/{name}", RANKER, {}, 200),
     ("GET", "/v2/models/{name}", NO_MODEL, {}, 404),

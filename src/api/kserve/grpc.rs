@@ -8,9 +8,11 @@ use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{
-    codec, infer, model_config, model_metadata, repository_index, version_selector, InferRequest,
-    InferResponse, InputData, InputRequest, OutputRequest, Param, Params, ShmRef, EXTENSIONS,
+    codec, infer, model_config, model_metadata, repository_index, scheduling_params,
+    version_selector, InferRequest, InferResponse, InputData, InputRequest, OutputRequest, Param,
+    Params, ShmRef, EXTENSIONS,
 };
+use crate::api::health::Health;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
@@ -19,6 +21,7 @@ use crate::proto::inference::model_infer_response::InferOutputTensor;
 use crate::proto::inference::model_metadata_response::TensorMetadata;
 use crate::proto::inference::{self as pb, InferParameter};
 use crate::repository::{VersionSelector, VersionState};
+use crate::request::RequestContext;
 use crate::shm::{Peer, ShmError};
 use crate::tensor::shape_from_dims;
 
@@ -26,11 +29,12 @@ use crate::tensor::shape_from_dims;
 #[derive(Clone)]
 pub struct KserveGrpc {
     service: Arc<InferService>,
+    health: Arc<Health>,
 }
 
 impl KserveGrpc {
-    pub fn new(service: Arc<InferService>) -> Self {
-        Self { service }
+    pub fn new(service: Arc<InferService>, health: Arc<Health>) -> Self {
+        Self { service, health }
     }
 }
 
@@ -103,6 +107,7 @@ fn decode_request(request: pb::ModelInferRequest) -> Result<InferRequest, Error>
             "raw_input_contents has {raw_count} entries but {used_raw} inputs take raw data"
         )));
     }
+    let (priority, timeout) = scheduling_params(&params(&request.parameters))?;
     let outputs = request
         .outputs
         .into_iter()
@@ -121,6 +126,8 @@ fn decode_request(request: pb::ModelInferRequest) -> Result<InferRequest, Error>
         inputs,
         outputs,
         binary_by_default: false,
+        priority,
+        timeout,
     })
 }
 
@@ -168,9 +175,10 @@ fn encode_response(response: InferResponse) -> pb::ModelInferResponse {
 async fn model_infer(
     service: &InferService,
     request: pb::ModelInferRequest,
+    context: Option<&RequestContext>,
 ) -> Result<pb::ModelInferResponse, Error> {
     let decoded = decode_request(request)?;
-    Ok(encode_response(infer(service, decoded).await?))
+    Ok(encode_response(infer(service, decoded, context).await?))
 }
 
 /// Statistics of one model (`name`, optionally one version) or of every model.
@@ -291,7 +299,9 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         _: Request<pb::ServerReadyRequest>,
     ) -> Result<Response<pb::ServerReadyResponse>, Status> {
-        Ok(Response::new(pb::ServerReadyResponse { ready: true }))
+        Ok(Response::new(pb::ServerReadyResponse {
+            ready: self.health.ready(),
+        }))
     }
 
     async fn model_ready(
@@ -344,8 +354,9 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
         Ok(Response::new(
-            model_infer(&self.service, request.into_inner()).await?,
+            model_infer(&self.service, request.into_inner(), context.as_deref()).await?,
         ))
     }
 
@@ -356,20 +367,25 @@ impl GrpcInferenceService for KserveGrpc {
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
         let service = self.service.clone();
+        // The stream's messages share the stream's context: its deadline bounds each of them.
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
         let responses = request.into_inner().then(move |message| {
             let service = service.clone();
+            let context = context.clone();
             async move {
                 let request = message?;
-                Ok(match model_infer(&service, request).await {
-                    Ok(response) => pb::ModelStreamInferResponse {
-                        error_message: String::new(),
-                        infer_response: Some(response),
+                Ok(
+                    match model_infer(&service, request, context.as_deref()).await {
+                        Ok(response) => pb::ModelStreamInferResponse {
+                            error_message: String::new(),
+                            infer_response: Some(response),
+                        },
+                        Err(err) => pb::ModelStreamInferResponse {
+                            error_message: err.to_string(),
+                            infer_response: None,
+                        },
                     },
-                    Err(err) => pb::ModelStreamInferResponse {
-                        error_message: err.to_string(),
-                        infer_response: None,
-                    },
-                })
+                )
             }
         });
         Ok(Response::new(Box::pin(responses)))

@@ -9,12 +9,13 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use serde_json::{json, Map, Value};
 
 use super::{
     codec, config_json, infer, model_config, model_metadata, param_bool, repository_index,
-    InferRequest, InferResponse, InputData, InputRequest, ModelMetadata, OutputRequest, Param,
-    Params, ShmRef, EXTENSIONS,
+    scheduling_params, InferRequest, InferResponse, InputData, InputRequest, ModelMetadata,
+    OutputRequest, Param, Params, ShmRef, EXTENSIONS,
 };
 use crate::api::json_body;
 use crate::api::json_tensor::{decode_flat, write_flat, write_json_str};
@@ -22,6 +23,7 @@ use crate::api::rest_util::{json_response, raw_json_response, RestError};
 use crate::api::route_table::Routes;
 use crate::error::Error;
 use crate::infer::InferService;
+use crate::request::RequestContext;
 use crate::shm::{Peer, ShmError};
 use crate::tensor::{shape_from_dims, DecodeLimits};
 
@@ -31,18 +33,10 @@ const HEADER_LENGTH: &str = "inference-header-content-length";
 type Shared = State<Arc<InferService>>;
 type Reply = Result<Response, RestError>;
 
-/// The `/v2` routes, waiting for their state.
+/// The `/v2` routes, waiting for their state; the health checks are `crate::api::health`'s.
 pub fn routes() -> Routes<Arc<InferService>> {
     Routes::new()
         .route("/v2", get(server_metadata))
-        .route(
-            "/v2/health/live",
-            get(|| async { json_response(&json!({ "live": true })) }),
-        )
-        .route(
-            "/v2/health/ready",
-            get(|| async { json_response(&json!({ "ready": true })) }),
-        )
         .route("/v2/models/stats", get(all_stats))
         .route("/v2/models/{name}", get(metadata))
         .route("/v2/models/{name}/ready", get(ready))
@@ -266,32 +260,36 @@ async fn unload(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Repl
 async fn infer_latest(
     State(s): Shared,
     Path(name): Path<String>,
+    context: Option<Extension<Arc<RequestContext>>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Reply {
-    run_infer(&s, name, String::new(), &headers, body).await
+    run_infer(&s, name, String::new(), context, &headers, body).await
 }
 
 async fn infer_version(
     State(s): Shared,
     Path((name, version)): Path<(String, String)>,
+    context: Option<Extension<Arc<RequestContext>>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Reply {
-    run_infer(&s, name, version, &headers, body).await
+    run_infer(&s, name, version, context, &headers, body).await
 }
 
 async fn run_infer(
     s: &InferService,
     model: String,
     version: String,
+    context: Option<Extension<Arc<RequestContext>>>,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Reply {
     let (header, binary) = split_body(headers, body)?;
     let request = parse_object(&header)?;
     let decoded = decode_request(&request, model, version, binary, s.limits())?;
-    let response = infer(s, decoded).await?;
+    let context = context.as_ref().map(|Extension(context)| context.as_ref());
+    let response = infer(s, decoded, context).await?;
     Ok(encode_response(&response)?)
 }
 
@@ -404,6 +402,7 @@ fn decode_request(
         )));
     }
     let all_binary = param_bool(&request_params, "binary_data_output")?;
+    let (priority, timeout) = scheduling_params(&request_params)?;
     let outputs = match request.get("outputs") {
         None => Vec::new(),
         Some(Value::Array(outputs)) => outputs
@@ -419,6 +418,8 @@ fn decode_request(
         inputs,
         outputs,
         binary_by_default: all_binary,
+        priority,
+        timeout,
     })
 }
 

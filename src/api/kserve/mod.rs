@@ -16,12 +16,15 @@ pub use model_info::{
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::{OutputTarget, DEFAULT_SIGNATURE};
+use crate::batcher::Priority;
 use crate::error::Error;
 use crate::infer::{InferService, Prediction};
 use crate::metrics::CopyStage;
 use crate::repository::VersionSelector;
+use crate::request::RequestContext;
 use crate::shm::{Region, ShmError};
 use crate::tensor::{element_count, DataType, Tensor};
 
@@ -141,6 +144,19 @@ pub struct InferRequest {
     pub outputs: Vec<OutputRequest>,
     /// Whether outputs not named in `outputs` use the binary extension (HTTP only).
     pub binary_by_default: bool,
+    /// The `priority` request parameter.
+    pub priority: Priority,
+    /// The `timeout` request parameter (microseconds, as Triton's clients send it).
+    pub timeout: Option<Duration>,
+}
+
+/// The request-level parameters this server acts on: `priority` and `timeout`.
+pub fn scheduling_params(params: &Params) -> Result<(Priority, Option<Duration>), Error> {
+    let priority = param_u64(params, "priority")?.map_or(Priority::Default, Priority::from_level);
+    let timeout = param_u64(params, "timeout")?
+        .filter(|&us| us > 0)
+        .map(Duration::from_micros);
+    Ok((priority, timeout))
 }
 
 pub struct OutputResult {
@@ -180,9 +196,23 @@ pub fn version_selector(version: &str) -> Result<VersionSelector, Error> {
         })
 }
 
-/// Runs a decoded KServe request.
-pub async fn infer(service: &InferService, request: InferRequest) -> Result<InferResponse, Error> {
+/// Runs a decoded KServe request. `context` (absent when no overload layer ran, as in some
+/// tests) gives the transport deadline and learns which model version answers.
+pub async fn infer(
+    service: &InferService,
+    request: InferRequest,
+    context: Option<&RequestContext>,
+) -> Result<InferResponse, Error> {
     let model = service.resolve(&request.model, version_selector(&request.version)?)?;
+    if let Some(context) = context {
+        context.set_model(&model.name, model.version);
+    }
+    let deadline = match context {
+        Some(context) => context.deadline_within(request.timeout),
+        None => request
+            .timeout
+            .and_then(|timeout| tokio::time::Instant::now().checked_add(timeout)),
+    };
     let (signature, _) = model.signature(DEFAULT_SIGNATURE)?;
     let inputs = request
         .inputs
@@ -211,6 +241,8 @@ pub async fn infer(service: &InferService, request: InferRequest) -> Result<Infe
             inputs,
             output_filter,
             output_targets,
+            deadline,
+            priority: request.priority,
         })
         .await?;
     let mut outputs = Vec::with_capacity(result.outputs.len());

@@ -6,6 +6,7 @@ use prost::Message;
 use tonic::{Request, Response, Status};
 
 use super::{selector, signature_defs, tensor_proto, version_statuses};
+use crate::batcher::Priority;
 use crate::error::Error;
 use crate::infer::{InferService, Prediction};
 use crate::proto::tensorflow::serving::model_server_config;
@@ -18,6 +19,7 @@ use crate::proto::tensorflow::serving::{
     ReloadConfigRequest, ReloadConfigResponse, SignatureDefMap, StatusProto,
 };
 use crate::repository::{LoadedModel, ServedModel, VersionPolicy, VersionSelector};
+use crate::request::RequestContext;
 
 /// The metadata field TF Serving clients ask for.
 const SIGNATURE_DEF_FIELD: &str = "signature_def";
@@ -82,8 +84,12 @@ impl PredictionService for TfServingGrpc {
         &self,
         request: Request<PredictRequest>,
     ) -> Result<Response<PredictResponse>, Status> {
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
         let request = request.into_inner();
         let model = self.resolve(request.model_spec.as_ref())?;
+        if let Some(context) = &context {
+            context.set_model(&model.name, model.version);
+        }
         let signature_name = request
             .model_spec
             .as_ref()
@@ -107,6 +113,9 @@ impl PredictionService for TfServingGrpc {
                 inputs,
                 output_filter: request.output_filter,
                 output_targets: Vec::new(),
+                deadline: context.as_deref().and_then(RequestContext::deadline),
+                // TF Serving's API has no priority.
+                priority: Priority::Default,
             })
             .await?;
         let outputs = result

@@ -10,6 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
+use axum::Extension;
 use serde_json::{json, Map, Value};
 
 use super::{selector, signature_defs, state_name, version_statuses, PREDICT_METHOD};
@@ -17,9 +18,11 @@ use crate::api::json_tensor::{decode_rows, decode_value, write_json_str, write_t
 use crate::api::rest_util::{json_response, RestError};
 use crate::api::route_table::Routes;
 use crate::backend::{NamedTensor, Signature};
+use crate::batcher::Priority;
 use crate::error::Error;
 use crate::infer::{InferService, Prediction, PredictionResult};
 use crate::repository::VersionSelector;
+use crate::request::RequestContext;
 
 /// The path templates [`dispatch`] answers, spelled as the OpenAPI document spells them.
 pub const SERVED_PATHS: &[&str] = &[
@@ -156,8 +159,10 @@ async fn dispatch(
     State(infer): State<Arc<InferService>>,
     method: Method,
     Path(rest): Path<String>,
+    context: Option<Extension<Arc<RequestContext>>>,
     body: Bytes,
 ) -> Response {
+    let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let result = match (RestTarget::parse(&rest), &method) {
         (Some(RestTarget::Status { model, version }), &Method::GET) => {
             status(&infer, model, version)
@@ -172,7 +177,7 @@ async fn dispatch(
                 verb: "predict",
             }),
             &Method::POST,
-        ) => predict(&infer, model, version, &body).await,
+        ) => predict(&infer, context, model, version, &body).await,
         (
             Some(RestTarget::Verb {
                 verb: verb @ ("classify" | "regress"),
@@ -299,6 +304,7 @@ enum Layout<'b> {
 
 async fn predict(
     infer: &InferService,
+    context: Option<&RequestContext>,
     model: &str,
     version: VersionRef<'_>,
     body: &[u8],
@@ -333,6 +339,9 @@ async fn predict(
     };
 
     let model = infer.resolve(model, version_selector(version)?)?;
+    if let Some(context) = context {
+        context.set_model(&model.name, model.version);
+    }
     let (signature, sig) = model.signature(signature_name)?;
     let inputs = match layout {
         Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
@@ -346,6 +355,9 @@ async fn predict(
             inputs,
             output_filter: Vec::new(),
             output_targets: Vec::new(),
+            deadline: context.and_then(RequestContext::deadline),
+            // TF Serving's API has no priority.
+            priority: Priority::Default,
         })
         .await?;
     let body = if row_format {

@@ -1,0 +1,106 @@
+//! `GET /metrics`: samples what is cheaper to read at scrape time than to track (queue depths,
+//! shared memory, process memory), then encodes every metric: as OpenMetrics for scrapers that
+//! ask for it (Prometheus does), else as Prometheus' classic text format, which `promtool` and
+//! older tools read.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::api::route_table::Routes;
+use crate::infer::InferService;
+use crate::repository::VersionState;
+
+const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+pub fn routes() -> Routes<Arc<InferService>> {
+    Routes::new().route("/metrics", get(metrics))
+}
+
+async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> Response {
+    let metrics = infer.metrics();
+    let (regions, bytes) = infer.shm().usage();
+    metrics.set_shared_memory(regions, bytes);
+    let snapshot = infer.repository().snapshot();
+    let loaded = snapshot.models().flat_map(|model| {
+        model.versions.values().filter_map(|state| match state {
+            VersionState::Available(loaded) => Some(loaded),
+            _ => None,
+        })
+    });
+    metrics.set_queue_depths(loaded.map(|model| {
+        (
+            model.name.as_str(),
+            model.version,
+            model.batcher.queue_depth(),
+        )
+    }));
+    metrics.sample_process();
+    let openmetrics = headers
+        .get(header::ACCEPT)
+        .and_then(|accept| accept.to_str().ok())
+        .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    let (body, content_type) = if openmetrics {
+        (metrics.encode(), OPENMETRICS)
+    } else {
+        (classic_text(&metrics.encode()), CLASSIC)
+    };
+    let mut response = body.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// Rewrites the OpenMetrics exposition into the classic text format: a counter's family is
+/// named with its `_total` suffix there (OpenMetrics names it without), and `# UNIT` and
+/// `# EOF` do not exist.
+fn classic_text(openmetrics: &str) -> String {
+    let counters: Vec<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(&name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_get_their_total_name_and_openmetrics_lines_go() {
+        let open = "# HELP a_requests Requests.\n# TYPE a_requests counter\n\
+                    a_requests_total{x=\"1\"} 3\n# HELP a_wait_seconds Wait.\n\
+                    # TYPE a_wait_seconds gauge\n# UNIT a_wait_seconds seconds\n\
+                    a_wait_seconds 0.5\n# EOF\n";
+        assert_eq!(
+            classic_text(open),
+            "# HELP a_requests_total Requests.\n# TYPE a_requests_total counter\n\
+             a_requests_total{x=\"1\"} 3\n# HELP a_wait_seconds Wait.\n\
+             # TYPE a_wait_seconds gauge\na_wait_seconds 0.5\n"
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! Overload protection: the one tower stack both servers (axum and tonic) run in front of
+//! their routes. Read from the outside in, it is the policy:
+//!
+//! 1. **Observe** ([`observe`]): request id, `tracing` span, deadline, and on the way out the
+//!    count, the latency and one debug log line. Outermost, so that every answer is counted
+//!    and logged exactly once, refusals included, with the time they really took.
+//! 2. **Bypass** ([`bypass`]): probes and `/metrics` skip everything below. A saturated server
+//!    must still say it is alive and still be observable; refusing those would get it
+//!    restarted or leave monitoring blind at the worst moment.
+//! 3. **Rate limit** ([`rate`], `tower_governor`): per client (API key or peer IP). Before the
+//!    global limit, so that one noisy client is turned away before it takes a slot that every
+//!    other client shares.
+//! 4. **Concurrency limit with load shedding** ([`shed`]): server-wide, across both ports.
+//!    Over the limit is an immediate refusal, never a wait: a wait here would be invisible to
+//!    deadlines and to the model queues' own bound, and would only add latency.
+//! 5. **Deadline** ([`deadline`]): the client's (`grpc-timeout`, or the
+//!    `x-request-timeout-ms` header over HTTP) or the server's default. Innermost, so that only
+//!    admitted requests pay for a timer. The deadline also travels with the request (its
+//!    [`RequestContext`]) into the model's batcher, which drops expired work unrun.
+//! 6. **Body size** is enforced where the body is read: axum's `DefaultBodyLimit` and tonic's
+//!    `max_decoding_message_size`, both from `--max-request-bytes` (see [`crate::server`]).
+//!
+//! Below all of this, each model version's queue is bounded (`max_queue_size`); high-priority
+//! requests (KServe parameter `priority: 1`) may use a reserve past that bound and run first
+//! (see [`crate::batcher::BatchPolicy::admits`]).
+//!
+//! Every refusal for overload (rate limit, concurrency, full queue, deadline) is
+//! RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED) over gRPC and 429 with `Retry-After` (or 504) over
+//! HTTP, decided without waiting, and counted in `tensorport_refusals_total{reason}`.
+//!
+//! [`RequestContext`]: crate::request::RequestContext
+
+mod bypass;
+mod deadline;
+mod drain;
+mod observe;
+mod rate;
+mod refusal;
+mod shed;
+#[cfg(test)]
+mod tests;
+
+pub use rate::{ClientKey, RateSettings};
+pub use refusal::{Outcome, Refusal, Transport};
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::middleware::NoOpMiddleware;
+use tower::Layer;
+use tower_governor::governor::Governor;
+
+use crate::metrics::Metrics;
+use crate::request::RequestIds;
+use bypass::{Bypass, Optional};
+use deadline::Deadline;
+use observe::{Observe, Observer};
+use rate::ClientKeys;
+use shed::{Limit, Shed};
+
+/// The overload settings, as the command line gives them.
+#[derive(Debug, Clone, Default)]
+pub struct OverloadSettings {
+    /// `None`: no rate limit.
+    pub rate_limit: Option<RateSettings>,
+    /// Requests in flight across both ports; 0: no limit.
+    pub max_concurrent_requests: usize,
+    /// Deadline for requests whose client set none.
+    pub request_timeout: Option<Duration>,
+}
+
+/// What the stacks of both servers share: one rate limiter, one concurrency limit, one source
+/// of request ids.
+pub struct Overload {
+    observer: Arc<Observer>,
+    limit: Limit,
+    rate: Option<rate::Config>,
+}
+
+impl Overload {
+    pub fn new(settings: &OverloadSettings, metrics: Arc<Metrics>) -> Self {
+        Self {
+            limit: Limit::new(settings.max_concurrent_requests, metrics.in_flight()),
+            rate: settings.rate_limit.as_ref().and_then(rate::config),
+            observer: Arc::new(Observer {
+                metrics,
+                ids: RequestIds::new(),
+                default_timeout: settings.request_timeout,
+            }),
+        }
+    }
+
+    /// The stack for a server whose answers have body type `B` (axum's or tonic's).
+    pub fn layer<B>(&self) -> OverloadLayer<B> {
+        OverloadLayer {
+            observer: self.observer.clone(),
+            limit: self.limit.clone(),
+            rate: self.rate.clone(),
+            _body: PhantomData,
+        }
+    }
+}
+
+/// The stack as a [`Layer`]; see the module documentation for the order.
+pub struct OverloadLayer<B> {
+    observer: Arc<Observer>,
+    limit: Limit,
+    rate: Option<rate::Config>,
+    _body: PhantomData<fn() -> B>,
+}
+
+impl<B> Clone for OverloadLayer<B> {
+    fn clone(&self) -> Self {
+        Self {
+            observer: self.observer.clone(),
+            limit: self.limit.clone(),
+            rate: self.rate.clone(),
+            _body: PhantomData,
+        }
+    }
+}
+
+type Admitted<S, B> = Shed<Deadline<S, B>, B>;
+/// Layers 3 to 5 around the routes.
+pub type Protected<S, B> =
+    Optional<Governor<ClientKeys, NoOpMiddleware, Admitted<S, B>, B>, Admitted<S, B>>;
+
+impl<S: Clone, B: Transport + 'static> Layer<S> for OverloadLayer<B> {
+    // Requests reach the routes with their body wrapped (see `drain`), in the same type.
+    type Service = Observe<Bypass<S, Protected<S, B>>, B>;
+
+    fn layer(&self, routes: S) -> Self::Service {
+        // Built from the inside out, since each layer wraps the one before: 5, 4, 3, 2, 1.
+        let admitted = Shed::new(Deadline::new(routes.clone()), self.limit.clone());
+        let protected = match &self.rate {
+            Some(config) => Optional::On(rate::layer::<B>(config).layer(admitted)),
+            None => Optional::Off(admitted),
+        };
+        Observe::new(Bypass::new(routes, protected), self.observer.clone())
+    }
+}

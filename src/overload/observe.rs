@@ -1,0 +1,246 @@
+//! The outermost layer: gives each request an id, a [`RequestContext`] (protocol, deadline) and
+//! a `tracing` span, and when the answer leaves, counts it, times it and logs one line.
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, Request, Response, Version};
+use pin_project_lite::pin_project;
+use tokio::time::Instant;
+use tower::Service;
+use tracing::instrument::Instrumented;
+use tracing::{Instrument, Span};
+
+use super::drain::RequestBody;
+use super::refusal::{BodyUnread, Outcome, Refusal, Refused, Transport};
+use crate::metrics::Metrics;
+use crate::request::{client_timeout, Protocol, RequestContext, RequestIds, REQUEST_ID_HEADER};
+
+/// What every [`Observe`] service of one server shares.
+pub struct Observer {
+    pub metrics: Arc<Metrics>,
+    pub ids: RequestIds,
+    /// Deadline for requests whose client set none.
+    pub default_timeout: Option<Duration>,
+}
+
+pub struct Observe<S, B> {
+    inner: S,
+    observer: Arc<Observer>,
+    _body: PhantomData<fn() -> B>,
+}
+
+impl<S: Clone, B> Clone for Observe<S, B> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            observer: self.observer.clone(),
+            _body: PhantomData,
+        }
+    }
+}
+
+impl<S, B> Observe<S, B> {
+    pub fn new(inner: S, observer: Arc<Observer>) -> Self {
+        Self {
+            inner,
+            observer,
+            _body: PhantomData,
+        }
+    }
+}
+
+impl<S, ReqBody, B> Service<Request<ReqBody>> for Observe<S, B>
+where
+    S: Service<Request<ReqBody>, Response = Response<B>>,
+    ReqBody: RequestBody,
+    B: Transport,
+{
+    type Response = Response<B>;
+    type Error = S::Error;
+    type Future = ObserveFuture<S::Future, B>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let started = Instant::now();
+        let path = request.uri().path();
+        let protocol = if B::GRPC {
+            Protocol::of_grpc_path(path)
+        } else {
+            Protocol::of_http_path(path)
+        };
+        let id = self.observer.ids.for_request(request.headers());
+        // Under the access-log target, so that enabling the per-request line also enables the
+        // span that gives it (and everything logged under it) the request id.
+        let span = tracing::debug_span!(
+            target: "tensorport::access",
+            "request",
+            id = %id,
+            protocol = protocol.label(),
+            path = %path,
+        );
+        let timeout = client_timeout(request.headers(), B::GRPC);
+        let deadline = timeout
+            .as_ref()
+            .ok()
+            .and_then(|timeout| timeout.or(self.observer.default_timeout))
+            .and_then(|timeout| started.checked_add(timeout));
+        let context = Arc::new(RequestContext::new(id, protocol, deadline));
+        let record = Record {
+            context: context.clone(),
+            observer: self.observer.clone(),
+            started,
+            span: span.clone(),
+            // A refusal of an HTTP/1 request with a body too large to drain closes the
+            // connection (see `drain`).
+            close_after_refusal: !B::GRPC
+                && request.version() <= Version::HTTP_11
+                && !request.body().drainable(),
+        };
+        let mut request = request.map(RequestBody::guard);
+        let state = match timeout {
+            Err(err) => State::Answered {
+                response: Some(B::refusal(&Refusal::from(err))),
+            },
+            Ok(_) => {
+                request.extensions_mut().insert(context);
+                let future = span.in_scope(|| self.inner.call(request));
+                State::Running {
+                    future: future.instrument(span),
+                }
+            }
+        };
+        ObserveFuture {
+            state,
+            record: Pending(Some(record)),
+        }
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, B> {
+        Answered { response: Option<Response<B>> },
+        Running { #[pin] future: Instrumented<F> },
+    }
+}
+
+pin_project! {
+    /// The answer of [`Observe`]; counted when it completes, or as cancelled when dropped
+    /// before (the connection closed, or the server's own timeout won).
+    pub struct ObserveFuture<F, B> {
+        #[pin]
+        state: State<F, B>,
+        record: Pending,
+    }
+}
+
+impl<F, E, B> Future for ObserveFuture<F, B>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: Transport,
+{
+    type Output = Result<Response<B>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let result = match this.state.project() {
+            StateProj::Answered { response } => match response.take() {
+                Some(response) => Ok(response),
+                None => return Poll::Pending,
+            },
+            StateProj::Running { future } => match future.poll(cx) {
+                Poll::Ready(result) => result,
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        let Some(record) = this.record.0.take() else {
+            return Poll::Ready(result);
+        };
+        Poll::Ready(match result {
+            Ok(mut response) => {
+                record.answered(&mut response);
+                Ok(response)
+            }
+            Err(err) => {
+                // Services below never fail (errors are answers); if one did, the transport
+                // turns it into a 500 / INTERNAL.
+                record.finish(Outcome::Failed(crate::error::ErrorKind::Internal), None);
+                Err(err)
+            }
+        })
+    }
+}
+
+/// The bookkeeping of a request not yet counted.
+struct Pending(Option<Record>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(record) = self.0.take() {
+            record.finish(Outcome::Cancelled, None);
+        }
+    }
+}
+
+struct Record {
+    context: Arc<RequestContext>,
+    observer: Arc<Observer>,
+    started: Instant,
+    span: Span,
+    close_after_refusal: bool,
+}
+
+impl Record {
+    fn answered<B: Transport>(self, response: &mut Response<B>) {
+        if let Ok(id) = HeaderValue::from_str(self.context.id()) {
+            response.headers_mut().insert(REQUEST_ID_HEADER, id);
+        }
+        if self.close_after_refusal && response.extensions().get::<BodyUnread>().is_some() {
+            // The refusal did not read the request body, so the server closes the connection
+            // after it; saying so keeps a client from sending its next request on a
+            // connection that is going away (it reconnects instead of failing).
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        let outcome = B::outcome(response);
+        let marked = response.extensions().get::<Refused>().map(|r| r.0);
+        let status = response.status().as_u16();
+        self.finish(outcome, Some(status));
+        if let Some(reason) = marked.or_else(|| outcome.implied_reason()) {
+            self.observer
+                .metrics
+                .record_refusal(reason, self.context.protocol());
+        }
+    }
+
+    fn finish(&self, outcome: Outcome, status: Option<u16>) {
+        let took = self.started.elapsed();
+        let protocol = self.context.protocol();
+        let model = self.context.model();
+        self.observer
+            .metrics
+            .record_request(protocol, model, outcome.label(), took);
+        let (model, version) = model.unwrap_or(("", 0));
+        let latency_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.span.in_scope(|| {
+            tracing::debug!(
+                target: "tensorport::access",
+                outcome = outcome.label(),
+                status,
+                model,
+                version,
+                latency_us,
+                "answered"
+            )
+        });
+    }
+}

@@ -1,0 +1,340 @@
+//! What the server knows about one request besides its body: an id for the logs, the protocol
+//! it arrived on, its deadline, and (once an adapter has resolved it) the model version it is
+//! for. The outermost layer of [`crate::overload`] creates a [`RequestContext`] and puts it in
+//! the request's extensions; adapters read the deadline from it and name the model in it; the
+//! same layer reads the model back when it counts the answer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use http::HeaderMap;
+use tokio::time::Instant;
+
+/// The client's request id header, echoed on the response (and generated when absent).
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// gRPC's deadline header: up to 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
+pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
+/// The HTTP equivalent: how long the client will wait, in milliseconds.
+pub const HTTP_TIMEOUT_HEADER: &str = "x-request-timeout-ms";
+
+/// The longest request id accepted from a client; longer (or non-printable) ones are replaced,
+/// since the id goes into every log line of the request.
+const MAX_CLIENT_ID_LEN: usize = 128;
+
+/// The API a request speaks, as metrics label it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    TfServingGrpc,
+    TfServingRest,
+    KserveGrpc,
+    KserveHttp,
+    /// Health checks, `/metrics`, unknown paths.
+    Other,
+}
+
+impl Protocol {
+    /// The protocols that serve models.
+    pub const SERVING: [Self; 4] = [
+        Self::TfServingGrpc,
+        Self::TfServingRest,
+        Self::KserveGrpc,
+        Self::KserveHttp,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::TfServingGrpc => "tfserving-grpc",
+            Self::TfServingRest => "tfserving-rest",
+            Self::KserveGrpc => "kserve-grpc",
+            Self::KserveHttp => "kserve-http",
+            Self::Other => "other",
+        }
+    }
+
+    /// The protocol of a gRPC method path (`/package.Service/Method`).
+    pub fn of_grpc_path(path: &str) -> Self {
+        if path.starts_with("/tensorflow.serving.") {
+            Self::TfServingGrpc
+        } else if path.starts_with("/inference.GRPCInferenceService/") {
+            Self::KserveGrpc
+        } else {
+            Self::Other
+        }
+    }
+
+    /// The protocol of an HTTP path on the REST port.
+    pub fn of_http_path(path: &str) -> Self {
+        if path.starts_with("/v1/") {
+            Self::TfServingRest
+        } else if path == "/v2" || path.starts_with("/v2/") {
+            Self::KserveHttp
+        } else {
+            Self::Other
+        }
+    }
+}
+
+/// Paths that overload protection never refuses: probes and scrapes. A busy server must still
+/// answer them, or Kubernetes would restart it for being busy and monitoring would go blind
+/// exactly when it matters.
+pub fn is_probe(path: &str) -> bool {
+    matches!(
+        path,
+        "/metrics"
+            | "/livez"
+            | "/readyz"
+            | "/v2/health/live"
+            | "/v2/health/ready"
+            | "/inference.GRPCInferenceService/ServerLive"
+            | "/inference.GRPCInferenceService/ServerReady"
+    ) || path.starts_with("/grpc.health.v1.Health/")
+}
+
+/// Why a deadline header was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeadlineError {
+    #[error("grpc-timeout '{0}' is not 1 to 8 digits followed by H, M, S, m, u or n")]
+    GrpcTimeout(String),
+    #[error("{HTTP_TIMEOUT_HEADER} '{0}' is not a whole number of milliseconds")]
+    HttpTimeout(String),
+}
+
+/// Parses gRPC's `grpc-timeout` value.
+pub fn parse_grpc_timeout(text: &str) -> Result<Duration, DeadlineError> {
+    let bad = || DeadlineError::GrpcTimeout(text.to_owned());
+    let split = text.len().checked_sub(1).ok_or_else(bad)?;
+    let (digits, unit) = (text.get(..split), text.get(split..));
+    let (Some(digits), Some(unit)) = (digits, unit) else {
+        return Err(bad());
+    };
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    // At most 8 digits, so this cannot overflow, nor can the multiplications below.
+    let value: u64 = digits.parse().map_err(|_| bad())?;
+    Ok(match unit {
+        "H" => Duration::from_secs(value * 3600),
+        "M" => Duration::from_secs(value * 60),
+        "S" => Duration::from_secs(value),
+        "m" => Duration::from_millis(value),
+        "u" => Duration::from_micros(value),
+        "n" => Duration::from_nanos(value),
+        _ => return Err(bad()),
+    })
+}
+
+/// Parses the HTTP timeout header: milliseconds as a decimal integer.
+pub fn parse_http_timeout(text: &str) -> Result<Duration, DeadlineError> {
+    text.trim()
+        .parse::<u64>()
+        .map(Duration::from_millis)
+        .map_err(|_| DeadlineError::HttpTimeout(text.to_owned()))
+}
+
+/// How long the client of `headers` will wait, if it said: `grpc-timeout` on the gRPC port,
+/// the HTTP header on the REST port.
+pub fn client_timeout(headers: &HeaderMap, grpc: bool) -> Result<Option<Duration>, DeadlineError> {
+    let name = if grpc {
+        GRPC_TIMEOUT_HEADER
+    } else {
+        HTTP_TIMEOUT_HEADER
+    };
+    let Some(value) = headers.get(name) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("<not text>");
+    let parsed = if grpc {
+        parse_grpc_timeout(text)
+    } else {
+        parse_http_timeout(text)
+    };
+    parsed.map(Some)
+}
+
+/// Hands out request ids: the process's start time and a counter, so ids from restarts of the
+/// same server do not collide in aggregated logs.
+#[derive(Debug)]
+pub struct RequestIds {
+    prefix: u32,
+    next: AtomicU64,
+}
+
+impl Default for RequestIds {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RequestIds {
+    pub fn new() -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        // Truncation is the point: a short prefix that differs between restarts.
+        let prefix = (now.as_secs() as u32) ^ now.subsec_nanos() ^ std::process::id();
+        Self {
+            prefix,
+            next: AtomicU64::new(1),
+        }
+    }
+
+    /// The client's id when it sent a usable one, else a new one.
+    pub fn for_request(&self, headers: &HeaderMap) -> String {
+        let client = headers
+            .get(REQUEST_ID_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .filter(|id| {
+                !id.is_empty()
+                    && id.len() <= MAX_CLIENT_ID_LEN
+                    && id.bytes().all(|b| b.is_ascii_graphic())
+            });
+        match client {
+            Some(id) => id.to_owned(),
+            None => {
+                let n = self.next.fetch_add(1, Ordering::Relaxed);
+                format!("{:08x}-{n:x}", self.prefix)
+            }
+        }
+    }
+}
+
+/// One request's context; see the module documentation for who writes what.
+#[derive(Debug)]
+pub struct RequestContext {
+    id: String,
+    protocol: Protocol,
+    deadline: Option<Instant>,
+    model: OnceLock<(String, u64)>,
+}
+
+impl RequestContext {
+    pub fn new(id: String, protocol: Protocol, deadline: Option<Instant>) -> Self {
+        Self {
+            id,
+            protocol,
+            deadline,
+            model: OnceLock::new(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// The transport deadline: the client's header, or the server's default timeout.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// The earlier of the transport deadline and `timeout` from now (a timeout a protocol
+    /// carries in its body, such as KServe's `timeout` parameter).
+    pub fn deadline_within(&self, timeout: Option<Duration>) -> Option<Instant> {
+        let body = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
+        match (self.deadline, body) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Names the model version the request resolved to. Only names of loaded models reach
+    /// this, which keeps the metrics' label values bounded. The first call wins.
+    pub fn set_model(&self, name: &str, version: u64) {
+        let _ = self.model.set((name.to_owned(), version));
+    }
+
+    pub fn model(&self) -> Option<(&str, u64)> {
+        self.model
+            .get()
+            .map(|(name, version)| (name.as_str(), *version))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_every_unit() {
+        let cases = [
+            ("1H", Duration::from_secs(3600)),
+            ("2M", Duration::from_secs(120)),
+            ("3S", Duration::from_secs(3)),
+            ("250m", Duration::from_millis(250)),
+            ("99999999u", Duration::from_micros(99_999_999)),
+            ("7n", Duration::from_nanos(7)),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(parse_grpc_timeout(text), Ok(expected), "{text}");
+        }
+        for bad in ["", "S", "123456789S", "10", "10x", "-1S", "1.5S", " 1S"] {
+            assert!(parse_grpc_timeout(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn http_timeouts_are_milliseconds() {
+        assert_eq!(parse_http_timeout("1500"), Ok(Duration::from_millis(1500)));
+        assert!(parse_http_timeout("1.5").is_err());
+        assert!(parse_http_timeout("-3").is_err());
+    }
+
+    #[test]
+    fn protocols_follow_the_path() {
+        assert_eq!(
+            Protocol::of_grpc_path("/tensorflow.serving.PredictionService/Predict"),
+            Protocol::TfServingGrpc
+        );
+        assert_eq!(
+            Protocol::of_grpc_path("/inference.GRPCInferenceService/ModelInfer"),
+            Protocol::KserveGrpc
+        );
+        assert_eq!(
+            Protocol::of_http_path("/v1/models/m:predict"),
+            Protocol::TfServingRest
+        );
+        assert_eq!(
+            Protocol::of_http_path("/v2/models/m/infer"),
+            Protocol::KserveHttp
+        );
+        assert_eq!(Protocol::of_http_path("/metrics"), Protocol::Other);
+        assert!(is_probe("/grpc.health.v1.Health/Check"));
+        assert!(is_probe("/v2/health/ready"));
+        assert!(!is_probe("/v2/models/m/ready"));
+    }
+
+    #[test]
+    fn client_ids_are_kept_when_sane_and_replaced_otherwise() {
+        let ids = RequestIds::new();
+        let mut headers = HeaderMap::new();
+        headers.insert(REQUEST_ID_HEADER, "abc-123".parse().unwrap());
+        assert_eq!(ids.for_request(&headers), "abc-123");
+        headers.insert(REQUEST_ID_HEADER, "has space".parse().unwrap());
+        let generated = ids.for_request(&headers);
+        assert_ne!(generated, "has space");
+        assert_ne!(ids.for_request(&HeaderMap::new()), generated);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_earlier_deadline_wins() {
+        let now = Instant::now();
+        let context = RequestContext::new(
+            "x".into(),
+            Protocol::KserveHttp,
+            Some(now + Duration::from_secs(1)),
+        );
+        assert_eq!(
+            context.deadline_within(Some(Duration::from_millis(10))),
+            Some(now + Duration::from_millis(10))
+        );
+        assert_eq!(
+            context.deadline_within(Some(Duration::from_secs(5))),
+            Some(now + Duration::from_secs(1))
+        );
+        assert_eq!(context.deadline_within(None), context.deadline());
+    }
+}
