@@ -64,9 +64,14 @@ impl Server {
             .by_ref()
             .map_while(Result::ok)
             .find_map(|line| {
-                let rest = line.split("listening grpc=").nth(1)?.to_owned();
-                let (grpc, rest) = rest.split_once(" rest=")?;
-                Some((grpc.to_owned(), rest.trim().to_owned()))
+                let fields = line.split("listening ").nth(1)?;
+                let field = |key: &str| {
+                    fields
+                        .split_whitespace()
+                        .find_map(|f| f.strip_prefix(key))
+                        .map(str::to_owned)
+                };
+                Some((field("grpc=")?, field("rest=")?))
             })
             .unwrap_or_else(|| panic!("the server exited before listening"));
         // Keep draining the log so the server never blocks on a full pipe.
