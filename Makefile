@@ -5,6 +5,8 @@ VENV := .venv
 VENV_STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
+MLSERVER_VENV := .cache/mlserver
+MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
 MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
@@ -28,7 +30,8 @@ K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/h
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: serve serve-all test venv build release lint fmt models torch-fixtures tf-fixtures \
-	perf-analyzer bench bench-overload clean tools deploy-check libtorch libtensorflow
+	perf-analyzer bench bench-quick bench-all bench-build bench-overload mlserver clean tools \
+	deploy-check libtorch libtensorflow
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
@@ -44,6 +47,7 @@ test: venv perf-analyzer deploy-check $(call native_libs,$(ALL_FEATURES))
 	cargo build --bins $(call cargo_features,$(ALL_FEATURES))
 	cargo test $(call cargo_features,$(ALL_FEATURES))
 	cargo test -p tensorport-client
+	cargo test -p tensorport-loadgen
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
 	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
 
@@ -78,11 +82,34 @@ perf-analyzer: $(PERF_ANALYZER)
 $(PERF_ANALYZER): scripts/setup-perf-analyzer.sh
 	scripts/setup-perf-analyzer.sh $(dir $(PERF_ANALYZER)) $(PYTHON)
 
-## bench: release build, then the benchmarks (figures go to docs/BENCHMARKS.md by hand)
-bench: venv perf-analyzer release $(call native_libs,$(ALL_FEATURES))
+## bench: release build, then tensorport, MLServer and the in-process floor side by side on
+## loopback (about 15 minutes); the tables go into docs/BENCHMARKS.md
+bench: venv perf-analyzer mlserver bench-build
+	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench.py
+
+## bench-quick: a subset of the matrix in about two minutes, printed (docs/BENCHMARKS.md untouched)
+bench-quick: venv perf-analyzer mlserver bench-build
+	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench.py --quick --doc -
+
+## bench-all: bench, then the other suites in docs/BENCHMARKS.md and the micro-benchmarks
+bench-all: bench $(call native_libs,$(ALL_FEATURES))
 	cargo bench --bench shm_vs_inline
 	cargo bench $(call cargo_features,$(ALL_FEATURES)) --bench backends
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
+	cargo bench --bench codecs --bench request_path
+
+bench-build:
+	cargo build --release -p tensorport -p tensorport-loadgen
+
+## mlserver: the benchmark's peer (PyPI mlserver, and the onnxruntime the server uses) in
+## .cache/mlserver; only `make bench` needs it
+mlserver: $(MLSERVER_STAMP)
+
+$(MLSERVER_STAMP): bench/mlserver/requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(MLSERVER_VENV)
+	$(MLSERVER_VENV)/bin/python -m pip install -q -r bench/mlserver/requirements.txt \
+		"$$(grep '^onnxruntime==' requirements-dev.txt)"
+	touch $@
 
 ## bench-overload: about 4x capacity for 20 s with overload protection on and off (server on
 ## core 0, load on core 1)

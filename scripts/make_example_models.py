@@ -14,6 +14,8 @@ Writes:
   tests/models/broken/1/model.onnx            garbage bytes (must fail to load)
 
 Usage: .venv/bin/python scripts/make_example_models.py [--check-only]
+       .venv/bin/python scripts/make_example_models.py [--wide-ranker DIR] [--large-ranker DIR]
+       (the benchmark's larger models, written on demand)
 """
 
 from __future__ import annotations
@@ -117,6 +119,31 @@ def wide_ranker(features: int = 256, hidden: int = 1024) -> onnx.ModelProto:
                      numpy_helper.from_array(w3, "w3"), numpy_helper.from_array(zeros(1), "b3")],
     )
     return make_model(graph, f"wide ranking MLP {features}->{hidden}->{hidden}->1")
+
+
+def large_ranker(features: int = 262_144, hidden: int = 4) -> onnx.ModelProto:
+    """A model whose request is large: 1 MiB of float features per row into a 4 MiB first
+    layer, so moving the input costs about as much as running the model. The benchmark's
+    large-input model; not committed, written on demand with --large-ranker."""
+    rng = np.random.default_rng(404)
+    w1 = (rng.standard_normal((features, hidden)) / np.sqrt(features)).astype(np.float32)
+    w2 = (rng.standard_normal((hidden, 1)) / np.sqrt(hidden)).astype(np.float32)
+    zeros = lambda n: np.zeros(n, dtype=np.float32)  # noqa: E731
+    nodes = [
+        helper.make_node("Gemm", ["features", "w1", "b1"], ["h1"], name="dense1"),
+        helper.make_node("Relu", ["h1"], ["a1"], name="relu1"),
+        helper.make_node("Gemm", ["a1", "w2", "b2"], ["logit"], name="dense2"),
+        helper.make_node("Sigmoid", ["logit"], ["score"], name="sigmoid"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ranker_large",
+        inputs=[helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", features])],
+        outputs=[helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 1])],
+        initializer=[numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(zeros(hidden), "b1"),
+                     numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(zeros(1), "b2")],
+    )
+    return make_model(graph, f"large-input ranking MLP {features}->{hidden}->1")
 
 
 def two_tower() -> onnx.ModelProto:
@@ -338,12 +365,17 @@ def main() -> int:
     ap.add_argument("--check-only", action="store_true", help="only verify the existing files")
     ap.add_argument("--wide-ranker", metavar="MODEL_DIR",
                     help="only write the benchmark's wide ranker as MODEL_DIR/ranker_wide/1/model.onnx")
+    ap.add_argument("--large-ranker", metavar="MODEL_DIR",
+                    help="only write the benchmark's large-input ranker as MODEL_DIR/ranker_large/1/model.onnx")
     args = ap.parse_args()
-    if args.wide_ranker:
-        path = Path(args.wide_ranker) / "ranker_wide" / "1" / "model.onnx"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(wide_ranker().SerializeToString(deterministic=True))
-        print(f"wrote {path}")
+    on_demand = [(args.wide_ranker, "ranker_wide", wide_ranker), (args.large_ranker, "ranker_large", large_ranker)]
+    if args.wide_ranker or args.large_ranker:
+        for model_dir, name, build in on_demand:
+            if model_dir:
+                path = Path(model_dir) / name / "1" / "model.onnx"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(build().SerializeToString(deterministic=True))
+                print(f"wrote {path}")
         return 0
 
     models = all_models()

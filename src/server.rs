@@ -31,6 +31,11 @@ use crate::proto::tensorflow::serving::{
 /// How often the gRPC health statuses are brought in line with model state.
 const HEALTH_REFRESH: Duration = Duration::from_secs(1);
 
+/// HTTP/2 flow-control windows for gRPC: per stream, and per connection (several requests in
+/// flight on one connection).
+const GRPC_STREAM_WINDOW: u32 = 4 << 20;
+const GRPC_CONNECTION_WINDOW: u32 = 16 << 20;
+
 /// The bound sockets the server answers on.
 pub struct Listeners {
     pub grpc: TcpListener,
@@ -140,6 +145,10 @@ pub async fn run(
     let kserve_grpc = kserve::grpc::KserveGrpc::new(infer.clone(), health.clone());
     let limit = options.max_request_bytes;
     let grpc = tonic::transport::Server::builder()
+        // HTTP/2's default 64 KiB windows make a client wait for a window update every 64 KiB
+        // of a large request; windows of a few MiB let a tensor arrive in one flight.
+        .initial_stream_window_size(GRPC_STREAM_WINDOW)
+        .initial_connection_window_size(GRPC_CONNECTION_WINDOW)
         .layer(overload.layer::<tonic::body::Body>())
         .add_service(health.grpc_service())
         .add_service(
