@@ -13,7 +13,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use http::HeaderName;
 
 use crate::batcher::BatchSettings;
-use crate::overload::{OverloadSettings, RateSettings};
+use crate::overload::{ApiKeys, ApiKeysError, OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
 use crate::shm::ShmPolicy;
 
@@ -105,8 +105,8 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1024..=(4u64 << 30)))]
     pub max_request_bytes: u64,
 
-    /// Requests per second each client may send (0: no rate limit). Clients are told apart by
-    /// --rate-limit-key-header when it is set and sent, else by IP address.
+    /// Requests per second each client may send (0: no rate limit). A client is one of the
+    /// API keys listed in --rate-limit-keys-file when it sends one, else its IP address.
     #[arg(long, env = "TENSORPORT_RATE_LIMIT_PER_SEC", default_value_t = 0)]
     pub rate_limit_per_sec: u32,
 
@@ -114,9 +114,25 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_RATE_LIMIT_BURST", default_value_t = 0)]
     pub rate_limit_burst: u32,
 
-    /// Request header holding a client's API key, to rate-limit per key rather than per IP.
-    #[arg(long, env = "TENSORPORT_RATE_LIMIT_KEY_HEADER", value_name = "HEADER")]
+    /// Request header holding a client's API key, to rate-limit listed keys on their own
+    /// rather than by IP address (needs --rate-limit-keys-file).
+    #[arg(
+        long,
+        env = "TENSORPORT_RATE_LIMIT_KEY_HEADER",
+        value_name = "HEADER",
+        requires = "rate_limit_keys_file"
+    )]
     pub rate_limit_key_header: Option<HeaderName>,
+
+    /// File of API keys (one a line, # comments) that get a rate-limit bucket of their own;
+    /// a key not listed counts against its IP address.
+    #[arg(
+        long,
+        env = "TENSORPORT_RATE_LIMIT_KEYS_FILE",
+        value_name = "FILE",
+        requires = "rate_limit_key_header"
+    )]
+    pub rate_limit_keys_file: Option<PathBuf>,
 
     /// Requests in flight across both ports; more are refused at once with 429 /
     /// RESOURCE_EXHAUSTED (0: no limit).
@@ -180,11 +196,17 @@ pub enum ConfigError {
     MissingModelDir,
     #[error("--model-dir: {0} is not a directory")]
     ModelDirNotADirectory(PathBuf),
+    #[error(transparent)]
+    ApiKeys(#[from] ApiKeysError),
 }
 
 impl ServeArgs {
-    /// The server's transport, overload and shutdown settings.
-    pub fn server_options(&self) -> ServerOptions {
+    /// The server's transport, overload and shutdown settings (reads the files they name).
+    pub fn server_options(&self) -> Result<ServerOptions, ConfigError> {
+        let api_keys = match (&self.rate_limit_key_header, &self.rate_limit_keys_file) {
+            (Some(header), Some(path)) => Some(ApiKeys::read(header.clone(), path)?),
+            _ => None,
+        };
         let rate_limit = (self.rate_limit_per_sec > 0).then(|| RateSettings {
             per_second: self.rate_limit_per_sec,
             burst: if self.rate_limit_burst == 0 {
@@ -192,9 +214,9 @@ impl ServeArgs {
             } else {
                 self.rate_limit_burst
             },
-            api_key_header: self.rate_limit_key_header.clone(),
+            api_keys,
         });
-        ServerOptions {
+        Ok(ServerOptions {
             max_request_bytes: usize::try_from(self.max_request_bytes).unwrap_or(usize::MAX),
             overload: OverloadSettings {
                 rate_limit,
@@ -204,7 +226,7 @@ impl ServeArgs {
             },
             shutdown_delay: Duration::from_millis(self.shutdown_delay_ms),
             drain: Duration::from_secs(self.drain_secs),
-        }
+        })
     }
 
     /// The server-wide batching defaults these flags describe.
@@ -326,7 +348,7 @@ mod tests {
         let serve = serve(cli);
         assert_eq!(serve.grpc_port, 8500);
         assert_eq!(serve.rest_port, 8501);
-        let options = serve.server_options();
+        let options = serve.server_options()?;
         assert!(options.overload.rate_limit.is_none());
         assert_eq!(options.overload.max_concurrent_requests, 512);
         assert_eq!(options.overload.request_timeout, None);
@@ -335,8 +357,11 @@ mod tests {
     }
 
     #[test]
-    fn overload_flags_build_the_settings() -> Result<(), ConfigError> {
+    fn overload_flags_build_the_settings() -> Result<(), Box<dyn std::error::Error>> {
         let dir = std::env::temp_dir();
+        let keys = dir.join(format!("tensorport-keys-{}.txt", std::process::id()));
+        std::fs::write(&keys, "alpha\nbeta\n")?;
+        let keys_file = keys.to_string_lossy();
         let dir = dir.to_string_lossy();
         let cli = Cli::parse_from_args(args(&[
             "tensorport",
@@ -347,6 +372,8 @@ mod tests {
             "50",
             "--rate-limit-key-header",
             "x-api-key",
+            "--rate-limit-keys-file",
+            &keys_file,
             "--max-concurrent-requests",
             "0",
             "--request-timeout-ms",
@@ -358,13 +385,12 @@ mod tests {
         ]))?;
         let serve = serve(cli);
         assert_eq!(serve.log_format, LogFormat::Json);
-        let options = serve.server_options();
+        let options = serve.server_options()?;
         let rate = options.overload.rate_limit.expect("rate limit on");
         assert_eq!((rate.per_second, rate.burst), (50, 50));
-        assert_eq!(
-            rate.api_key_header.as_ref().map(|h| h.as_str()),
-            Some("x-api-key")
-        );
+        let api_keys = rate.api_keys.expect("listed keys");
+        assert_eq!((api_keys.header.as_str(), api_keys.len()), ("x-api-key", 2));
+        std::fs::remove_file(&keys)?;
         assert_eq!(options.overload.max_concurrent_requests, 0);
         assert_eq!(
             options.overload.request_timeout,
@@ -372,6 +398,22 @@ mod tests {
         );
         assert_eq!(options.drain, Duration::from_secs(5));
         Ok(())
+    }
+
+    #[test]
+    fn a_key_header_needs_a_keys_file() {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_string_lossy();
+        let err = Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-dir",
+            &dir,
+            "--rate-limit-key-header",
+            "x-api-key",
+        ]));
+        let message = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("--rate-limit-keys-file"), "{message}");
     }
 
     #[test]

@@ -95,6 +95,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|err| format!("cannot start the async runtime: {err}"))?;
+    // Settings that read files fail here, before any model loads.
+    let options = args.server_options().map_err(|err| err.to_string())?;
     runtime.block_on(async move {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
@@ -113,7 +115,6 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .clone()
                 .watch(Duration::from_secs(args.model_poll_secs))
         });
-        let options = args.server_options();
         let max_request_bytes = options.max_request_bytes;
         let infer = Arc::new(InferService::new(
             repository,

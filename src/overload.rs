@@ -40,7 +40,7 @@ mod shed;
 #[cfg(test)]
 mod tests;
 
-pub use rate::{ClientKey, RateSettings};
+pub use rate::{ApiKeys, ApiKeysError, ClientKey, RateSettings};
 pub use refusal::{Outcome, Refusal, Transport};
 
 use std::marker::PhantomData;
@@ -88,6 +88,24 @@ impl Overload {
                 ids: RequestIds::new(),
                 default_timeout: settings.request_timeout,
             }),
+        }
+    }
+
+    /// Keeps the rate limiter's store to the clients seen lately, until `stopped`: every
+    /// [`rate::PRUNE_INTERVAL`] the buckets of idle clients are dropped. A no-op without a
+    /// rate limit.
+    pub async fn prune_rate_limiter(&self, stopped: impl std::future::Future<Output = ()>) {
+        let Some(config) = self.rate.clone() else {
+            return;
+        };
+        tokio::pin!(stopped);
+        let mut ticks = tokio::time::interval(rate::PRUNE_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = &mut stopped => return,
+                _ = ticks.tick() => rate::prune(&config),
+            }
         }
     }
 

@@ -133,13 +133,17 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     let health = Arc::new(Health::new(infer.clone()));
     health.publish().await;
-    let overload = Overload::new(&options.overload, infer.shared_metrics());
+    let overload = Arc::new(Overload::new(&options.overload, infer.shared_metrics()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         // An error means the sender is gone, which also means stop.
         let _ = rx.wait_for(|stop| *stop).await;
     };
     tokio::spawn(refresh_health(health.clone(), stopped(stop_rx.clone())));
+    tokio::spawn({
+        let (overload, stopped) = (overload.clone(), stopped(stop_rx.clone()));
+        async move { overload.prune_rate_limiter(stopped).await }
+    });
 
     let tf = tfserving::grpc::TfServingGrpc::new(infer.clone());
     let kserve_grpc = kserve::grpc::KserveGrpc::new(infer.clone(), health.clone());

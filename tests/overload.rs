@@ -1,12 +1,16 @@
 //! Overload protection, deadlines, priority, health and graceful drain against the real
-//! server on loopback, with the `spin` test model holding requests in flight.
+//! server on loopback. Requests stay in flight because the `spin` model's runs wait at a
+//! [`Gate`] the test opens, never because a model is slow enough: on a loaded machine a slow
+//! run finishes before the test looks.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::gate::Gate;
 use common::{TestResult, TestServer};
 use serde_json::{json, Value};
 use tensorport::batcher::BatchSettings;
@@ -24,11 +28,9 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 const MODELS: &str = "tests/models";
-/// Rounds of the spin model for a request that stays in flight for a few hundred ms (about
-/// 6 us each on one core; slower machines only make it longer).
-const SLOW: i64 = 50_000;
-
-fn spin_request(rounds: i64, priority: Option<u64>) -> ModelInferRequest {
+/// A request for the spin model (one round), whose `x` input is `tag`: the gate records the
+/// order in which runs reach the model by it.
+fn spin_request(tag: f32, priority: Option<u64>) -> ModelInferRequest {
     let tensor = |name: &str, datatype: &str| InferInputTensor {
         name: name.into(),
         datatype: datatype.into(),
@@ -48,19 +50,19 @@ fn spin_request(rounds: i64, priority: Option<u64>) -> ModelInferRequest {
         model_name: "spin".into(),
         inputs: vec![tensor("x", "FP32"), tensor("rounds", "INT64")],
         raw_input_contents: vec![
-            1.5f32.to_le_bytes().to_vec().into(),
-            rounds.to_le_bytes().to_vec().into(),
+            tag.to_le_bytes().to_vec().into(),
+            1i64.to_le_bytes().to_vec().into(),
         ],
         parameters,
         ..Default::default()
     }
 }
 
-fn spin_json(rounds: i64, parameters: Value) -> Value {
+fn spin_json(tag: f32, parameters: Value) -> Value {
     json!({
         "inputs": [
-            {"name": "x", "shape": [1], "datatype": "FP32", "data": [1.5]},
-            {"name": "rounds", "shape": [1], "datatype": "INT64", "data": [rounds]},
+            {"name": "x", "shape": [1], "datatype": "FP32", "data": [tag]},
+            {"name": "rounds", "shape": [1], "datatype": "INT64", "data": [1]},
         ],
         "parameters": parameters,
     })
@@ -80,10 +82,27 @@ async fn start(batching: BatchSettings, overload: OverloadSettings) -> TestServe
     TestServer::start_with(MODELS, batching, options).await
 }
 
+/// Starts the server with the spin model's runs held at a closed gate (warmup ran while it
+/// was open).
+async fn start_gated(batching: BatchSettings, options: ServerOptions) -> (TestServer, Arc<Gate>) {
+    let gate = Gate::new();
+    let server =
+        TestServer::start_decorated(MODELS, batching, options, Some(gate.decorator("spin"))).await;
+    gate.close();
+    (server, gate)
+}
+
+fn with_overload(overload: OverloadSettings) -> ServerOptions {
+    ServerOptions {
+        overload,
+        ..ServerOptions::default()
+    }
+}
+
 /// Waits until `count` requests are in flight (admitted by the concurrency layer).
 async fn wait_in_flight(metrics: &Metrics, count: usize) {
     let line = format!("tensorport_requests_in_flight {count}\n");
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !metrics.encode().contains(&line) {
         assert!(Instant::now() < deadline, "never saw {line}");
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -92,7 +111,7 @@ async fn wait_in_flight(metrics: &Metrics, count: usize) {
 
 /// Waits until the spin model's queue holds `count` requests.
 async fn wait_queued(server: &TestServer, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         // A scrape samples the queue depths.
         let text = reqwest::get(format!("{}/metrics", server.rest_url))
@@ -127,28 +146,28 @@ fn unresolved_answers(metrics: &Metrics, protocol: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_concurrency_limit_both_transports_refuse_at_once_and_count() -> TestResult {
-    let server = start(
+    let (server, gate) = start_gated(
         BatchSettings::default(),
-        OverloadSettings {
+        with_overload(OverloadSettings {
             max_concurrent_requests: 1,
             ..OverloadSettings::default()
-        },
+        }),
     )
     .await;
     let mut grpc = kserve(&server).await;
-    // Held for seconds, far longer than the refusals below take even on a loaded machine.
+    // Holds the only slot until the gate opens.
     let held = tokio::spawn({
         let mut grpc = grpc.clone();
-        async move { grpc.model_infer(spin_request(20 * SLOW, None)).await }
+        async move { grpc.model_infer(spin_request(1.0, None)).await }
     });
-    wait_in_flight(&server.metrics, 1).await;
+    gate.wait_for_waiting(1).await;
 
     let http = reqwest::Client::new();
     let url = format!("{}/v2/models/spin/infer", server.rest_url);
     for _ in 0..20 {
         let response = http
             .post(&url)
-            .json(&spin_json(1, json!({})))
+            .json(&spin_json(2.0, json!({})))
             .send()
             .await?;
         assert_eq!(response.status(), 429);
@@ -157,14 +176,14 @@ async fn over_the_concurrency_limit_both_transports_refuse_at_once_and_count() -
         assert!(body["error"].as_str().unwrap_or_default().contains("limit"));
     }
     let refused = grpc
-        .model_infer(spin_request(1, None))
+        .model_infer(spin_request(2.0, None))
         .await
         .expect_err("refused");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
 
     // Refused at once, never queued for the slot: every refusal was answered while the
-    // request holding the slot still runs. (How fast, in microseconds, is the overload
-    // benchmark's to measure; a timed assertion would fail on a busy machine.)
+    // request holding the slot waits at the gate. (How fast, in microseconds, is the
+    // overload benchmark's to measure.)
     assert!(
         !held.is_finished(),
         "the refusals waited for the request in flight"
@@ -183,8 +202,11 @@ async fn over_the_concurrency_limit_both_transports_refuse_at_once_and_count() -
         1
     );
     // The request in flight was not disturbed, and a new one is admitted after it.
+    gate.open();
     assert!(held.await?.is_ok());
-    grpc.model_infer(spin_request(1, None)).await?;
+    grpc.model_infer(spin_request(3.0, None)).await?;
+    // Only the held request reached the model while the gate was closed.
+    assert_eq!(gate.arrivals(), vec![1.0]);
     server.stop().await;
     Ok(())
 }
@@ -195,45 +217,41 @@ async fn a_full_model_queue_refuses_and_high_priority_gets_past_it_first() -> Te
         max_queue_size: 1,
         ..BatchSettings::default()
     };
-    let server = start(batching, OverloadSettings::default()).await;
+    let (server, gate) = start_gated(batching, ServerOptions::default()).await;
     let grpc = kserve(&server).await;
-    let call = |priority| {
+    let call = |tag, priority| {
         let mut grpc = grpc.clone();
-        tokio::spawn(async move {
-            let result = grpc.model_infer(spin_request(SLOW / 2, priority)).await;
-            (result.map(|_| ()), Instant::now())
-        })
+        tokio::spawn(async move { grpc.model_infer(spin_request(tag, priority)).await })
     };
-    let running = call(None);
-    wait_in_flight(&server.metrics, 1).await;
-    // Let the first reach the backend so the next one waits in the queue.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let queued = call(None);
+    // The first runs (held at the gate), so the next one waits in the queue.
+    let running = call(1.0, None);
+    gate.wait_for_waiting(1).await;
+    let queued = call(2.0, None);
     wait_queued(&server, 1).await;
 
     let refused = kserve(&server)
         .await
-        .model_infer(spin_request(1, None))
+        .model_infer(spin_request(9.0, None))
         .await
         .expect_err("the queue is full");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
     let http = reqwest::Client::new();
     let response = http
         .post(format!("{}/v2/models/spin/infer", server.rest_url))
-        .json(&spin_json(1, json!({})))
+        .json(&spin_json(9.0, json!({})))
         .send()
         .await?;
     assert_eq!(response.status(), 429);
     assert_eq!(response.headers()["retry-after"], "1");
 
     // Priority 1 takes the reserve and runs before the default request queued earlier.
-    let urgent = call(Some(1));
-    let (urgent, urgent_done) = urgent.await?;
-    let (queued, queued_done) = queued.await?;
-    urgent?;
-    queued?;
-    running.await?.0?;
-    assert!(urgent_done < queued_done);
+    let urgent = call(3.0, Some(1));
+    wait_queued(&server, 2).await;
+    gate.release(3);
+    running.await??;
+    urgent.await??;
+    queued.await??;
+    assert_eq!(gate.arrivals(), vec![1.0, 3.0, 2.0]);
     assert_eq!(
         server
             .metrics
@@ -246,6 +264,7 @@ async fn a_full_model_queue_refuses_and_high_priority_gets_past_it_first() -> Te
             .refusals(RefusalReason::QueueFull, Protocol::KserveHttp),
         1
     );
+    gate.open();
     server.stop().await;
     Ok(())
 }
@@ -264,30 +283,29 @@ async fn spin_executions(grpc: &mut GrpcInferenceServiceClient<Channel>) -> u64 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_whose_deadline_passes_in_the_queue_are_dropped_unrun() -> TestResult {
-    let server = start(
+    let (server, gate) = start_gated(
         BatchSettings::default(),
-        OverloadSettings {
+        with_overload(OverloadSettings {
             request_timeout: Some(Duration::from_millis(150)),
             ..OverloadSettings::default()
-        },
+        }),
     )
     .await;
     let mut grpc = kserve(&server).await;
     let running = tokio::spawn({
         let mut grpc = grpc.clone();
-        // Long enough (over a second) to outlast the five late requests below.
-        let mut long = tonic::Request::new(spin_request(4 * SLOW, None));
-        // The client's own deadline replaces the server's default.
-        long.set_timeout(Duration::from_secs(30));
+        let mut long = tonic::Request::new(spin_request(1.0, None));
+        // The client's own deadline replaces the server's default; the gate holds the run
+        // until the late requests below have all been answered.
+        long.set_timeout(Duration::from_secs(600));
         async move { grpc.model_infer(long).await }
     });
-    wait_in_flight(&server.metrics, 1).await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    gate.wait_for_waiting(1).await;
 
     // No deadline from the client: the server's default ends it, server-side, at the
     // deadline and not once the request ahead of it has finished.
     let err = grpc
-        .model_infer(spin_request(1, None))
+        .model_infer(spin_request(2.0, None))
         .await
         .expect_err("too late");
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
@@ -297,7 +315,7 @@ async fn requests_whose_deadline_passes_in_the_queue_are_dropped_unrun() -> Test
     );
     // grpc-timeout: tonic's client enforces it too and may give up (CANCELLED) a moment
     // before the server's DEADLINE_EXCEEDED arrives; either way the work must not run.
-    let mut late = tonic::Request::new(spin_request(1, None));
+    let mut late = tonic::Request::new(spin_request(3.0, None));
     late.set_timeout(Duration::from_millis(100));
     let err = grpc.model_infer(late).await.expect_err("too late");
     assert!(
@@ -314,26 +332,35 @@ async fn requests_whose_deadline_passes_in_the_queue_are_dropped_unrun() -> Test
     let response = http
         .post(&url)
         .header("x-request-timeout-ms", "100")
-        .json(&spin_json(1, json!({})))
+        .json(&spin_json(4.0, json!({})))
         .send()
         .await?;
     assert_eq!(response.status(), 504);
     let response = http
         .post(&url)
-        .json(&spin_json(1, json!({ "timeout": 100_000 })))
+        .json(&spin_json(5.0, json!({ "timeout": 100_000 })))
         .send()
         .await?;
     assert_eq!(response.status(), 504);
     let response = http
         .post(&url)
-        .json(&spin_json(1, json!({})))
+        .json(&spin_json(6.0, json!({})))
         .send()
         .await?;
     assert_eq!(response.status(), 504);
+    assert!(!running.is_finished());
 
+    // Only the long request reached the model while the gate was closed.
+    gate.release(1);
     assert!(running.await?.is_ok());
-    // Only the long request ran: the five late ones were dropped before running.
-    assert_eq!(spin_executions(&mut grpc).await, 1);
+    assert_eq!(gate.arrivals(), vec![1.0]);
+    // A generous deadline changes nothing. It queues behind whatever is left of the late
+    // ones, so once it has run, each late one has been dropped or run: only two ran.
+    gate.open();
+    let mut patient = tonic::Request::new(spin_request(7.0, None));
+    patient.set_timeout(Duration::from_secs(600));
+    grpc.model_infer(patient).await?;
+    assert_eq!(spin_executions(&mut grpc).await, 2);
     assert!(
         server
             .metrics
@@ -346,10 +373,6 @@ async fn requests_whose_deadline_passes_in_the_queue_are_dropped_unrun() -> Test
             .refusals(RefusalReason::Deadline, Protocol::KserveHttp),
         3
     );
-    // A generous deadline changes nothing.
-    let mut patient = tonic::Request::new(spin_request(1, None));
-    patient.set_timeout(Duration::from_secs(30));
-    grpc.model_infer(patient).await?;
     server.stop().await;
     Ok(())
 }
@@ -362,32 +385,32 @@ async fn the_rate_limit_is_one_budget_per_client_across_both_ports() -> TestResu
             rate_limit: Some(RateSettings {
                 per_second: 1,
                 burst: 3,
-                api_key_header: None,
+                api_keys: None,
             }),
             ..OverloadSettings::default()
         },
     )
     .await;
     let mut grpc = kserve(&server).await;
-    grpc.model_infer(spin_request(1, None)).await?;
-    grpc.model_infer(spin_request(1, None)).await?;
+    grpc.model_infer(spin_request(1.0, None)).await?;
+    grpc.model_infer(spin_request(1.0, None)).await?;
     let http = reqwest::Client::new();
     let url = format!("{}/v2/models/spin/infer", server.rest_url);
     let ok = http
         .post(&url)
-        .json(&spin_json(1, json!({})))
+        .json(&spin_json(1.0, json!({})))
         .send()
         .await?;
     assert_eq!(ok.status(), 200);
     let refused = http
         .post(&url)
-        .json(&spin_json(1, json!({})))
+        .json(&spin_json(1.0, json!({})))
         .send()
         .await?;
     assert_eq!(refused.status(), 429);
     assert!(refused.headers().contains_key("retry-after"));
     let err = grpc
-        .model_infer(spin_request(1, None))
+        .model_infer(spin_request(1.0, None))
         .await
         .expect_err("over the rate");
     assert_eq!(err.code(), tonic::Code::ResourceExhausted);
@@ -464,16 +487,16 @@ async fn shutdown_turns_unready_then_drains_in_flight_requests_and_refuses_new_o
         drain: Duration::from_secs(20),
         ..ServerOptions::default()
     };
-    let mut server = TestServer::start_with(MODELS, BatchSettings::default(), options).await;
+    let (mut server, gate) = start_gated(BatchSettings::default(), options).await;
     let grpc = kserve(&server).await;
     let http = reqwest::Client::new();
     let url = format!("{}/v2/models/spin/infer", server.rest_url);
-    // One running, three queued behind it (the model runs one request at a time).
+    // One running (held at the gate), three queued behind it.
     let mut in_flight = Vec::new();
     for _ in 0..2 {
         let mut grpc = grpc.clone();
         in_flight.push(tokio::spawn(async move {
-            grpc.model_infer(spin_request(SLOW / 2, None))
+            grpc.model_infer(spin_request(1.0, None))
                 .await
                 .map(|_| ())
                 .map_err(|status| status.to_string())
@@ -484,7 +507,7 @@ async fn shutdown_turns_unready_then_drains_in_flight_requests_and_refuses_new_o
         in_flight.push(tokio::spawn(async move {
             let response = http
                 .post(url)
-                .json(&spin_json(SLOW / 2, json!({})))
+                .json(&spin_json(2.0, json!({})))
                 .send()
                 .await
                 .map_err(|err| err.to_string())?;
@@ -496,10 +519,11 @@ async fn shutdown_turns_unready_then_drains_in_flight_requests_and_refuses_new_o
         }));
     }
     wait_in_flight(&server.metrics, 4).await;
+    gate.wait_for_waiting(1).await;
 
     server.begin_stop();
     // Readiness turns false first, while the listeners still accept.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let ready = reqwest::get(format!("{}/readyz", server.rest_url)).await?;
         if ready.status() == 503 {
@@ -515,7 +539,7 @@ async fn shutdown_turns_unready_then_drains_in_flight_requests_and_refuses_new_o
     );
 
     // Then the listeners close: new connections are refused.
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while reqwest::get(format!("{}/livez", server.rest_url))
         .await
         .is_ok()
@@ -528,12 +552,13 @@ async fn shutdown_turns_unready_then_drains_in_flight_requests_and_refuses_new_o
         .is_err());
 
     // Everything in flight or queued when the stop began is answered.
+    gate.open();
     for request in in_flight {
         request
             .await?
             .map_err(|err| format!("in-flight request failed: {err}"))?;
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !server.has_stopped() {
         assert!(
             Instant::now() < deadline,

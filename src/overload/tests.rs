@@ -169,12 +169,15 @@ async fn grpc_refusals_are_resource_exhausted() {
 }
 
 #[tokio::test]
-async fn the_rate_limit_is_per_client_ip_or_api_key() {
+async fn the_rate_limit_is_per_client_ip_or_listed_api_key() {
     let (overload, metrics) = stack(OverloadSettings {
         rate_limit: Some(RateSettings {
             per_second: 1,
             burst: 2,
-            api_key_header: Some(http::HeaderName::from_static("x-api-key")),
+            api_keys: Some(ApiKeys::from_keys(
+                http::HeaderName::from_static("x-api-key"),
+                ["tenant-a"],
+            )),
         }),
         ..OverloadSettings::default()
     });
@@ -199,7 +202,15 @@ async fn the_rate_limit_is_per_client_ip_or_api_key() {
         .parse()
         .unwrap();
     assert!(retry >= 1);
-    // Another address, or a key, has a budget of its own.
+    // A key nobody listed is no escape: each new one still counts against the address.
+    for n in 0..5 {
+        let mut unlisted = request(INFER, one);
+        unlisted
+            .headers_mut()
+            .insert("x-api-key", format!("made-up-{n}").parse().unwrap());
+        assert_eq!(call(unlisted).status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    // Another address, or a listed key, has a budget of its own.
     assert_eq!(call(request(INFER, [10, 0, 0, 2])).status(), StatusCode::OK);
     let mut keyed = request(INFER, one);
     keyed
@@ -208,7 +219,7 @@ async fn the_rate_limit_is_per_client_ip_or_api_key() {
     assert_eq!(call(keyed).status(), StatusCode::OK);
     assert_eq!(
         metrics.refusals(RefusalReason::RateLimit, Protocol::KserveHttp),
-        1
+        6
     );
     assert_eq!(routes.calls.load(Ordering::SeqCst), 4);
 }
@@ -219,7 +230,7 @@ async fn rate_limited_grpc_clients_are_keyed_by_their_tcp_peer() {
         rate_limit: Some(RateSettings {
             per_second: 1,
             burst: 1,
-            api_key_header: None,
+            api_keys: None,
         }),
         ..OverloadSettings::default()
     });

@@ -22,6 +22,7 @@ use super::{
 };
 use tokio::sync::oneshot;
 
+use crate::backend::Backend;
 use crate::batcher::{Batcher, Telemetry};
 use crate::error::Error;
 use crate::metrics::ModelEvent;
@@ -71,7 +72,13 @@ pub struct ModelRepository {
     snapshot: RwLock<Arc<Snapshot>>,
     /// One reconciliation at a time.
     control: tokio::sync::Mutex<Control>,
+    /// Applied to every backend right after it loads, before warmup; none in production.
+    decorate: Option<BackendDecorator>,
 }
+
+/// Wraps a freshly loaded backend of the named model, for instance to observe its runs or
+/// to hold them until a test releases them. The wrapper sees warmup runs too.
+pub type BackendDecorator = Arc<dyn Fn(&str, Arc<dyn Backend>) -> Arc<dyn Backend> + Send + Sync>;
 
 impl ModelRepository {
     /// An empty repository over `dir`; [`Self::reconcile`] loads it.
@@ -81,7 +88,15 @@ impl ModelRepository {
             loader: Arc::new(loader),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             control: tokio::sync::Mutex::new(Control::default()),
+            decorate: None,
         }
+    }
+
+    /// The same repository, with every backend it loads passed through `decorate`.
+    #[must_use]
+    pub fn with_backend_decorator(mut self, decorate: BackendDecorator) -> Self {
+        self.decorate = Some(decorate);
+        self
     }
 
     /// The serving state now.
@@ -380,8 +395,13 @@ impl ModelRepository {
         let task_folder = folder.clone();
         let task_config = config.clone();
         let name = model.to_owned();
+        let decorate = self.decorate.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             let backend = loader.load(&task_folder, &task_config).map_err(|err| err.to_string())?;
+            let backend = match &decorate {
+                Some(decorate) => decorate(&name, backend),
+                None => backend,
+            };
             // A warmup file is the model's own warmup: it replaces the generated one.
             let replayed = match warmup_log::find(&task_folder.path) {
                 Some(file) => {

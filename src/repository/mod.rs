@@ -15,7 +15,7 @@ mod warmup;
 mod warmup_log;
 
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
-pub use lifecycle::{ModelRepository, ServedModel};
+pub use lifecycle::{BackendDecorator, ModelRepository, ServedModel};
 pub use model_config::{
     ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MODEL_CONFIG_FILE,
 };

@@ -5,6 +5,8 @@
 // Each test binary uses its own subset of this support.
 #![allow(dead_code)]
 
+pub mod gate;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -14,7 +16,7 @@ use tensorport::backend::RuntimeThreads;
 use tensorport::batcher::BatchSettings;
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
-use tensorport::repository::{Loader, ModelRepository};
+use tensorport::repository::{BackendDecorator, Loader, ModelRepository};
 use tensorport::shm::{ShmPolicy, ShmRegistry};
 use tensorport::tensor::DecodeLimits;
 use tensorport::{Listeners, ServerOptions};
@@ -63,6 +65,16 @@ impl TestServer {
 
     /// Serves the models in `models` (relative to the checkout) with these settings.
     pub async fn start_with(models: &str, batching: BatchSettings, options: ServerOptions) -> Self {
+        Self::start_decorated(models, batching, options, None).await
+    }
+
+    /// Like [`Self::start_with`], with every loaded backend passed through `decorate`.
+    pub async fn start_decorated(
+        models: &str,
+        batching: BatchSettings,
+        options: ServerOptions,
+        decorate: Option<BackendDecorator>,
+    ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx: onnx_runtime(),
@@ -73,7 +85,11 @@ impl TestServer {
             default_batching: batching,
             metrics: metrics.clone(),
         };
-        let repository = Arc::new(ModelRepository::new(&repo_path(models), loader));
+        let mut repository = ModelRepository::new(&repo_path(models), loader);
+        if let Some(decorate) = decorate {
+            repository = repository.with_backend_decorator(decorate);
+        }
+        let repository = Arc::new(repository);
         repository
             .reconcile()
             .await
