@@ -31,7 +31,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: serve serve-all test venv build release lint fmt models torch-fixtures tf-fixtures \
 	perf-analyzer bench bench-quick bench-all bench-build bench-overload mlserver clean tools \
-	deploy-check libtorch libtensorflow
+	deploy-check libtorch libtensorflow test-under-load
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 serve: venv release
@@ -50,6 +50,16 @@ test: venv perf-analyzer deploy-check $(call native_libs,$(ALL_FEATURES))
 	cargo test -p tensorport-loadgen
 	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
 	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
+
+## test-under-load: `make test` while stress-ng keeps every core busy, as on a shared CI
+## machine; the suite must pass the same (no test may depend on a model being slow enough)
+test-under-load:
+	@command -v stress-ng >/dev/null 2>&1 || { \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends stress-ng >/dev/null; }
+	stress-ng --cpu $$(nproc) --quiet & load=$$!; \
+		trap 'kill $$load 2>/dev/null' EXIT; \
+		$(MAKE) test
 
 ## venv: Python environment with ONNX Runtime (the server loads its library) and the test clients
 venv: $(VENV_STAMP)
