@@ -17,6 +17,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto");
 
     let descriptors = protox::compile(&files, [root])?;
+    // The descriptors themselves, so that text-format files (Triton's config.pbtxt, TF
+    // Serving's models.config) can be read at run time against the same messages.
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    std::fs::write(
+        out_dir.join("descriptors.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

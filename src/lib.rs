@@ -38,6 +38,7 @@ pub mod server;
 pub mod shm;
 pub mod stats;
 pub mod tensor;
+pub mod textproto;
 
 pub use error::{Error, ErrorKind};
 pub use server::{run, Listeners, ServerOptions};

@@ -3,6 +3,10 @@
 
 #![allow(clippy::all, clippy::pedantic, missing_docs, unreachable_pub)]
 
+/// The encoded `FileDescriptorSet` of every file under `proto/`, for reading text-format
+/// messages (see [`crate::textproto`]).
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
+
 pub mod tensorflow {
     include!(concat!(env!("OUT_DIR"), "/tensorflow.rs"));
 

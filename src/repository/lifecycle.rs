@@ -379,6 +379,13 @@ impl ModelRepository {
         config: &ModelConfig,
     ) -> Result<oneshot::Receiver<()>, ()> {
         tracing::info!(model, version = folder.version, "loading");
+        if !config.ignored.is_empty() {
+            tracing::warn!(
+                model,
+                ignored = %config.ignored.join("; "),
+                "config.pbtxt sets fields this server does not apply"
+            );
+        }
         self.set_state(model, folder.version, VersionState::Loading);
         let (explicit, warmup) = match &config.warmup {
             Some(warmup) => (true, warmup.clone()),

@@ -11,6 +11,7 @@ mod lifecycle;
 mod model_config;
 mod scan;
 mod tfrecord;
+mod triton_config;
 mod warmup;
 mod warmup_log;
 
@@ -52,25 +53,119 @@ impl Loader {
         config: &ModelConfig,
     ) -> Result<Arc<dyn Backend>, BackendError> {
         let threads = config.runtime.threads(self.threads);
-        let onnx = folder.path.join(ONNX_MODEL_FILE);
-        if onnx.is_file() {
-            return Ok(Arc::new(self.onnx.load_model(&onnx, threads)?));
-        }
-        let torch = folder.path.join(TORCH_MODEL_FILE);
-        if torch.is_file() {
-            return load_torch(&torch, config, threads);
-        }
-        if folder.path.join(SAVED_MODEL_FILE).is_file() {
-            return load_saved_model(&folder.path, threads);
-        }
-        Err(BackendError::Load {
+        let load_error = |message: String| BackendError::Load {
             path: folder.path.display().to_string(),
-            message: format!(
-                "no model file found (expected {ONNX_MODEL_FILE}, {TORCH_MODEL_FILE} or \
-                 {SAVED_MODEL_FILE})"
-            ),
-        })
+            message,
+        };
+        let (format, path) = locate(&folder.path, config).map_err(load_error)?;
+        if let Some(platform) = &config.platform {
+            if platform != format.platform() {
+                return Err(load_error(format!(
+                    "the configuration names platform {platform}, but the model file is \
+                     {} ({})",
+                    format.platform(),
+                    path.file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                )));
+            }
+        }
+        match format {
+            ModelFormat::Onnx => Ok(Arc::new(self.onnx.load_model(&path, threads)?)),
+            ModelFormat::TorchScript => load_torch(&path, config, threads),
+            ModelFormat::SavedModel => load_saved_model(&path, threads),
+        }
     }
+}
+
+/// The kinds of model file a version folder may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModelFormat {
+    Onnx,
+    TorchScript,
+    SavedModel,
+}
+
+impl ModelFormat {
+    /// The platform name Triton uses for it.
+    fn platform(self) -> &'static str {
+        match self {
+            Self::Onnx => "onnxruntime_onnx",
+            Self::TorchScript => "pytorch_libtorch",
+            Self::SavedModel => "tensorflow_savedmodel",
+        }
+    }
+
+    fn from_platform(platform: &str) -> Option<Self> {
+        [Self::Onnx, Self::TorchScript, Self::SavedModel]
+            .into_iter()
+            .find(|format| format.platform() == platform)
+    }
+}
+
+/// Triton's default folder name for a SavedModel inside a version folder.
+const TRITON_SAVED_MODEL_DIR: &str = "model.savedmodel";
+
+/// Finds the model in a version folder: the configured `model_filename`, else the default
+/// names (`model.onnx`, `model.pt`, `saved_model.pb`, or Triton's `model.savedmodel/`).
+fn locate(
+    folder: &std::path::Path,
+    config: &ModelConfig,
+) -> Result<(ModelFormat, std::path::PathBuf), String> {
+    let is_saved_model = |dir: &std::path::Path| dir.join(SAVED_MODEL_FILE).is_file();
+    if let Some(name) = &config.model_filename {
+        let path = folder.join(name);
+        if path.is_dir() {
+            return if is_saved_model(&path) {
+                Ok((ModelFormat::SavedModel, path))
+            } else {
+                Err(format!("{name} is a folder without {SAVED_MODEL_FILE}"))
+            };
+        }
+        if !path.is_file() {
+            return Err(format!(
+                "the configured model file {name} is not in the version folder"
+            ));
+        }
+        let by_extension = match path.extension().and_then(|e| e.to_str()) {
+            Some("onnx") => Some(ModelFormat::Onnx),
+            Some("pt" | "pth" | "torchscript") => Some(ModelFormat::TorchScript),
+            _ => None,
+        };
+        let format = by_extension
+            .or_else(|| {
+                config
+                    .platform
+                    .as_deref()
+                    .and_then(ModelFormat::from_platform)
+            })
+            .ok_or_else(|| {
+                format!(
+                    "cannot tell the format of {name} from its name: set platform \
+                     (onnxruntime_onnx or pytorch_libtorch)"
+                )
+            })?;
+        return Ok((format, path));
+    }
+    let onnx = folder.join(ONNX_MODEL_FILE);
+    if onnx.is_file() {
+        return Ok((ModelFormat::Onnx, onnx));
+    }
+    let torch = folder.join(TORCH_MODEL_FILE);
+    if torch.is_file() {
+        return Ok((ModelFormat::TorchScript, torch));
+    }
+    if is_saved_model(folder) {
+        return Ok((ModelFormat::SavedModel, folder.to_path_buf()));
+    }
+    let triton_saved_model = folder.join(TRITON_SAVED_MODEL_DIR);
+    if is_saved_model(&triton_saved_model) {
+        return Ok((ModelFormat::SavedModel, triton_saved_model));
+    }
+    Err(format!(
+        "no model file found (expected {ONNX_MODEL_FILE}, {TORCH_MODEL_FILE}, \
+         {SAVED_MODEL_FILE} or {TRITON_SAVED_MODEL_DIR}/, or the file model_filename names)"
+    ))
 }
 
 #[cfg(feature = "torch")]

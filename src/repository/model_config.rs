@@ -20,11 +20,21 @@
 //! [runtime]                   # threads of the model's runtime (default: the server flags)
 //! intra_op_threads = 2
 //!
+//! [instances]                 # batches of one version that may run at once
+//! count = 2
+//!
 //! [[input]]                   # the signature, for formats whose files carry none
 //! name = "features"           # (TorchScript); see `declared`
 //! dtype = "FP32"
 //! shape = ["batch", 16]
 //! ```
+//!
+//! Top-level keys: `model_filename = "ranker.onnx"` (the file looked for in each version
+//! folder, instead of `model.onnx`, `model.pt` or `saved_model.pb`) and `platform`.
+//!
+//! A Triton `config.pbtxt` in the same folder is read too (see [`super::triton_config`]);
+//! where both set something, `config.toml` wins, section by section (`[batching]`,
+//! `[version_policy]`, `[instances]`, `[[input]]`/`[[output]]` as a whole, each top-level key).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -32,6 +42,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::declared::{self, DeclaredTensor, RuntimeConfig};
+use super::triton_config::{TritonConfig, TRITON_CONFIG_FILE};
 use crate::backend::Signature;
 use crate::batcher::BatchSettings;
 
@@ -57,6 +68,24 @@ pub struct ModelConfig {
     /// `[[output]]` tables: its outputs, in the order the model returns them.
     #[serde(default)]
     pub output: Vec<DeclaredTensor>,
+    /// `[instances]`: how many batches of one version may run at once.
+    pub instances: Option<InstancesTable>,
+    /// The model file in each version folder, when it is not the default name.
+    pub model_filename: Option<String>,
+    /// The platform the model is for, in Triton's spelling (`onnxruntime_onnx`,
+    /// `pytorch_libtorch`, `tensorflow_savedmodel`); checked against the file found.
+    pub platform: Option<String>,
+    /// Settings found but not applied (from `config.pbtxt`), to be logged when the model
+    /// loads.
+    #[serde(skip)]
+    pub ignored: Vec<String>,
+}
+
+/// `[instances]` as written.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstancesTable {
+    pub count: usize,
 }
 
 /// `[version_policy]` as written; [`ModelConfig::policy`] checks it.
@@ -132,8 +161,105 @@ pub enum ModelConfigError {
 }
 
 impl ModelConfig {
-    /// Reads `model_dir/config.toml`; a model without one gets the defaults.
+    /// Reads `model_dir/config.pbtxt` and `model_dir/config.toml` (which wins where both
+    /// set something); a model with neither gets the defaults.
     pub fn load(model_dir: &Path) -> Result<Self, ModelConfigError> {
+        let triton = Self::load_triton(model_dir)?;
+        let own = Self::load_toml(model_dir)?;
+        let config = match triton {
+            Some(triton) => own.over(triton),
+            None => own,
+        };
+        let shown = model_dir.display().to_string();
+        config
+            .check()
+            .map_err(|message| ModelConfigError::Invalid {
+                path: shown,
+                message,
+            })?;
+        Ok(config)
+    }
+
+    fn load_triton(model_dir: &Path) -> Result<Option<TritonConfig>, ModelConfigError> {
+        let path = model_dir.join(TRITON_CONFIG_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(ModelConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+        };
+        let model = model_dir
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        TritonConfig::parse(&model, &text)
+            .map(Some)
+            .map_err(|err| ModelConfigError::Invalid {
+                path: path.display().to_string(),
+                message: err.to_string(),
+            })
+    }
+
+    /// These settings (from config.toml) over those of a `config.pbtxt`.
+    fn over(self, triton: TritonConfig) -> Self {
+        let base = triton.config;
+        let table_set = |t: &VersionPolicyTable| *t != VersionPolicyTable::default();
+        let (input, output) = if self.input.is_empty() && self.output.is_empty() {
+            (base.input, base.output)
+        } else {
+            (self.input, self.output)
+        };
+        Self {
+            batching: self.batching.or(base.batching),
+            version_policy: if table_set(&self.version_policy) {
+                self.version_policy
+            } else {
+                base.version_policy
+            },
+            version_labels: self.version_labels,
+            warmup: self.warmup,
+            runtime: self.runtime,
+            input,
+            output,
+            instances: self.instances.or(base.instances),
+            model_filename: self.model_filename.or(base.model_filename),
+            platform: self.platform.or(base.platform),
+            ignored: triton.ignored,
+        }
+    }
+
+    /// Checks what no single file can: the sections together.
+    fn check(&self) -> Result<(), String> {
+        if let Some(batching) = &self.batching {
+            batching
+                .validate()
+                .map_err(|err| format!("[batching]: {err}"))?;
+        }
+        self.policy()?;
+        self.signature()?;
+        if let Some((label, _)) = self.version_labels.iter().find(|(_, &v)| v == 0) {
+            return Err(format!(
+                "[version_labels]: label '{label}' must name a positive version"
+            ));
+        }
+        if let Some(name) = &self.model_filename {
+            if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+                return Err(format!(
+                    "model_filename '{name}' must be a file name inside the version folder"
+                ));
+            }
+        }
+        if self.instances.as_ref().is_some_and(|i| i.count == 0) {
+            return Err("[instances]: count must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    fn load_toml(model_dir: &Path) -> Result<Self, ModelConfigError> {
         let path = model_dir.join(MODEL_CONFIG_FILE);
         let shown = path.display().to_string();
         let text = match std::fs::read_to_string(&path) {
@@ -150,21 +276,7 @@ impl ModelConfig {
             path: shown.clone(),
             message,
         };
-        let config: Self =
-            toml::from_str(&text).map_err(|err| invalid(err.message().to_owned()))?;
-        if let Some(batching) = &config.batching {
-            batching
-                .validate()
-                .map_err(|err| invalid(format!("[batching]: {err}")))?;
-        }
-        config.policy().map_err(invalid)?;
-        config.signature().map_err(invalid)?;
-        if let Some((label, _)) = config.version_labels.iter().find(|(_, &v)| v == 0) {
-            return Err(invalid(format!(
-                "[version_labels]: label '{label}' must name a positive version"
-            )));
-        }
-        Ok(config)
+        toml::from_str(&text).map_err(|err| invalid(err.message().to_owned()))
     }
 
     /// The signature `[[input]]` / `[[output]]` declare, if they do.
@@ -243,6 +355,31 @@ mod tests {
             let err = with_config(text).err().unwrap_or_default();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
+    }
+
+    #[test]
+    fn config_toml_wins_over_config_pbtxt_section_by_section() -> Result<(), String> {
+        let dir = std::env::temp_dir().join(format!("tensorport-both-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.join(TRITON_CONFIG_FILE),
+            "max_batch_size: 8\ndynamic_batching { }\nversion_policy { all { } }\n\
+             default_model_filename: \"m.onnx\"\ninstance_group [ { count: 3 } ]\n",
+        )
+        .map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.join(MODEL_CONFIG_FILE),
+            "[batching]\nmax_batch_size = 2\n[instances]\ncount = 1\n",
+        )
+        .map_err(|e| e.to_string())?;
+        let config = ModelConfig::load(&dir).map_err(|e| e.to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        let config = config?;
+        assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(2));
+        assert_eq!(config.instances.as_ref().map(|i| i.count), Some(1));
+        assert_eq!(config.policy(), Ok(VersionPolicy::All));
+        assert_eq!(config.model_filename.as_deref(), Some("m.onnx"));
+        Ok(())
     }
 
     #[test]
