@@ -15,7 +15,7 @@ use http::HeaderName;
 use crate::batcher::BatchSettings;
 use crate::overload::{OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
-use crate::shm::ShmPolicy;
+use crate::shm::{ShmLimits, ShmPolicy};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -98,6 +98,16 @@ pub struct ServeArgs {
     /// Who may register system shared-memory regions: off, local (peers on loopback only) or any.
     #[arg(long, env = "TENSORPORT_SHM", value_enum, default_value_t = ShmPolicy::Local)]
     pub shm: ShmPolicy,
+
+    /// Shared-memory regions that may be registered at once (each holds a file descriptor).
+    #[arg(long, env = "TENSORPORT_SHM_MAX_REGIONS", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=(crate::shm::MAX_GUARDED as u64 / 2)))]
+    pub shm_max_regions: u64,
+
+    /// Bytes of all registered shared-memory regions together.
+    #[arg(long, env = "TENSORPORT_SHM_MAX_BYTES", default_value_t = 64 << 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub shm_max_bytes: u64,
 
     /// Largest request body or gRPC message, in bytes; also the largest tensor a request may
     /// expand to.
@@ -208,6 +218,14 @@ impl ServeArgs {
     }
 
     /// The server-wide batching defaults these flags describe.
+    pub fn shm_limits(&self) -> ShmLimits {
+        ShmLimits {
+            // At most MAX_GUARDED / 2, checked by clap.
+            max_regions: usize::try_from(self.shm_max_regions).unwrap_or(usize::MAX),
+            max_bytes: self.shm_max_bytes,
+        }
+    }
+
     pub fn batch_settings(&self) -> BatchSettings {
         BatchSettings {
             max_batch_size: self.max_batch_size,
