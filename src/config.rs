@@ -95,7 +95,8 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=(crate::batcher::MAX_QUEUE_SIZE as u64)))]
     pub max_queue_size: u64,
 
-    /// Who may register system shared-memory regions: off, local (peers on loopback only) or any.
+    /// Who may use system shared memory: off, local (peers on loopback only; each sees only
+    /// regions registered from loopback) or any (every peer sees every region, as in Triton).
     #[arg(long, env = "TENSORPORT_SHM", value_enum, default_value_t = ShmPolicy::Local)]
     pub shm: ShmPolicy,
 
