@@ -78,7 +78,7 @@ fn shm_lookup(c: &mut Criterion) {
     c.bench_function("shm_registry_get_and_view (16 regions)", |b| {
         b.iter(|| {
             let region = registry
-                .get(black_box("region7"))
+                .get(black_box("region7"), Peer::Local)
                 .unwrap_or_else(|err| panic!("{err}"));
             black_box(region.view(64, 1024).map(|v| v.len()))
         })

@@ -15,7 +15,7 @@ use http::HeaderName;
 use crate::batcher::BatchSettings;
 use crate::overload::{ApiKeys, ApiKeysError, OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
-use crate::shm::ShmPolicy;
+use crate::shm::{ShmLimits, ShmPolicy};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -95,9 +95,20 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..=(crate::batcher::MAX_QUEUE_SIZE as u64)))]
     pub max_queue_size: u64,
 
-    /// Who may register system shared-memory regions: off, local (peers on loopback only) or any.
+    /// Who may use system shared memory: off, local (peers on loopback only; each sees only
+    /// regions registered from loopback) or any (every peer sees every region, as in Triton).
     #[arg(long, env = "TENSORPORT_SHM", value_enum, default_value_t = ShmPolicy::Local)]
     pub shm: ShmPolicy,
+
+    /// Shared-memory regions that may be registered at once (each holds a file descriptor).
+    #[arg(long, env = "TENSORPORT_SHM_MAX_REGIONS", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=(crate::shm::MAX_GUARDED as u64 / 2)))]
+    pub shm_max_regions: u64,
+
+    /// Bytes of all registered shared-memory regions together.
+    #[arg(long, env = "TENSORPORT_SHM_MAX_BYTES", default_value_t = 64 << 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub shm_max_bytes: u64,
 
     /// Largest request body or gRPC message, in bytes; also the largest tensor a request may
     /// expand to.
@@ -230,6 +241,14 @@ impl ServeArgs {
     }
 
     /// The server-wide batching defaults these flags describe.
+    pub fn shm_limits(&self) -> ShmLimits {
+        ShmLimits {
+            // At most MAX_GUARDED / 2, checked by clap.
+            max_regions: usize::try_from(self.shm_max_regions).unwrap_or(usize::MAX),
+            max_bytes: self.shm_max_bytes,
+        }
+    }
+
     pub fn batch_settings(&self) -> BatchSettings {
         BatchSettings {
             max_batch_size: self.max_batch_size,

@@ -131,6 +131,11 @@ impl Error {
                 ShmError::AlreadyExists(_) => ErrorKind::AlreadyExists,
                 ShmError::NotFound(_) => ErrorKind::NotFound,
                 ShmError::Disabled | ShmError::RemotePeer(_) => ErrorKind::PermissionDenied,
+                ShmError::TooManyRegions(_)
+                | ShmError::TooManyBytes { .. }
+                | ShmError::NoDescriptors { .. }
+                | ShmError::TooManyMapped(_) => ErrorKind::ResourceExhausted,
+                ShmError::Guard(_) | ShmError::Descriptors(_) => ErrorKind::Internal,
                 _ => ErrorKind::InvalidArgument,
             },
             Self::Unimplemented(_) => ErrorKind::Unimplemented,

@@ -68,6 +68,11 @@ fn init_logging(format: LogFormat) {
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     let model_dir = args.model_dir.clone().ok_or("--model-dir is required")?;
+    // Connections, model files and shared-memory regions each hold a descriptor.
+    match tensorport::shm::raise_descriptor_limit() {
+        Ok(limit) => tracing::info!(limit = ?limit, "open-file limit"),
+        Err(err) => tracing::warn!(%err, "cannot raise the open-file limit"),
+    }
     let env_library = std::env::var_os(ORT_DYLIB_PATH)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
@@ -122,7 +127,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 max_tensor_bytes: max_request_bytes,
             },
             metrics,
-            Arc::new(ShmRegistry::new(args.shm)),
+            Arc::new(ShmRegistry::with_limits(args.shm, args.shm_limits())),
         ));
         let grpc = bind(SocketAddr::new(args.host, args.grpc_port), "--grpc-port").await?;
         let rest = bind(SocketAddr::new(args.host, args.rest_port), "--rest-port").await?;

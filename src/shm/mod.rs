@@ -1,11 +1,17 @@
 //! Triton's system shared-memory extension: clients register POSIX shared-memory objects by
 //! name, then pass tensors by naming a region, an offset and a byte size.
 
+mod guard;
+mod limits;
 mod region;
 mod registry;
 
+pub use guard::MAX_GUARDED;
+pub use limits::raise_descriptor_limit;
 pub use region::{check_key, Region, RegionWindow};
-pub use registry::{Peer, RegionStatus, ShmPolicy, ShmRegistry};
+pub use registry::{
+    check_name, Peer, PeerClass, RegionStatus, ShmLimits, ShmPolicy, ShmRegistry, MAX_NAME_LEN,
+};
 
 /// Why a shared-memory operation was refused.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +52,28 @@ pub enum ShmError {
     Disabled,
     #[error("only clients on this machine may register shared memory (--shm local); this request came from {0}")]
     RemotePeer(String),
+    #[error("shared-memory region name is invalid: {0} (a name is 1 to 255 bytes, without '/' or control characters)")]
+    InvalidName(&'static str),
+    #[error("shared-memory key '{key}' names {what} in /dev/shm; only regular files are shared memory (links are not followed)")]
+    NotRegularFile { key: String, what: &'static str },
+    #[error("shared-memory region '{0}' was truncated by its owner or a page of it could not be allocated while in use; unregister it and register it again")]
+    Poisoned(String),
+    #[error("too many shared-memory regions: at most {0} may be registered (--shm-max-regions)")]
+    TooManyRegions(usize),
+    #[error("registering {byte_size} more bytes of shared memory would exceed the limit of {limit} bytes ({registered} registered; --shm-max-bytes)")]
+    TooManyBytes {
+        byte_size: u64,
+        registered: u64,
+        limit: u64,
+    },
+    #[error("no file descriptor is free for another shared-memory region ({open} open, limit {limit}, {reserve} kept for connections); unregister regions first")]
+    NoDescriptors { open: u64, limit: u64, reserve: u64 },
+    #[error("cannot count open file descriptors: {0}")]
+    Descriptors(#[source] std::io::Error),
+    #[error("too many shared-memory regions mapped at once ({0}, counting unregistered ones still in use)")]
+    TooManyMapped(usize),
+    #[error("cannot install the shared-memory fault handler: {0}")]
+    Guard(#[source] std::io::Error),
     #[error("CUDA shared memory is not supported: this server runs on the CPU; use system shared memory")]
     CudaUnsupported,
 }

@@ -1,5 +1,6 @@
-//! One mapped POSIX shared-memory region. This is the crate's only unsafe code besides the
-//! ONNX Runtime string calls: it hands out views of memory another process owns.
+//! One mapped POSIX shared-memory region. This and [`super::guard`] are the crate's only unsafe
+//! code besides the ONNX Runtime string calls: it hands out views of memory another process
+//! owns.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -7,14 +8,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use memmap2::{MmapOptions, MmapRaw};
-use rustix::fs::Mode;
-use rustix::shm::OFlags;
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
 
+use super::guard::Guarded;
+use super::registry::PeerClass;
 use super::ShmError;
 use crate::backend::OutputMemory;
 
 /// The longest object name Linux accepts after the leading `/`.
 const MAX_KEY_LEN: usize = 255;
+
+/// Where POSIX shared-memory objects live on Linux (`shm_open` opens files here).
+const SHM_DIR: &str = "/dev/shm";
 
 /// A client-created shared-memory object, mapped from `offset` for `byte_size` bytes.
 ///
@@ -26,8 +32,13 @@ pub struct Region {
     pub key: String,
     pub offset: u64,
     pub byte_size: usize,
+    /// Who registered it (confinement under `--shm local`).
+    pub class: PeerClass,
     /// Kept open to read the object's current size before each use.
     file: File,
+    /// Declared before `map`, so dropped first: the fault handler forgets the mapping before
+    /// it is unmapped.
+    guard: Guarded,
     map: MmapRaw,
 }
 
@@ -38,6 +49,7 @@ impl std::fmt::Debug for Region {
             .field("key", &self.key)
             .field("offset", &self.offset)
             .field("byte_size", &self.byte_size)
+            .field("class", &self.class)
             .finish()
     }
 }
@@ -59,22 +71,20 @@ pub fn check_key(key: &str) -> Result<(), ShmError> {
 }
 
 impl Region {
-    /// Opens and maps `key` (e.g. `/input0`, i.e. `/dev/shm/input0`).
-    pub fn open(name: &str, key: &str, offset: u64, byte_size: u64) -> Result<Self, ShmError> {
+    /// Opens and maps `key` (e.g. `/input0`, i.e. `/dev/shm/input0`) for a client of `class`.
+    pub fn open(
+        name: &str,
+        key: &str,
+        offset: u64,
+        byte_size: u64,
+        class: PeerClass,
+    ) -> Result<Self, ShmError> {
         check_key(key)?;
-        let object = format!("/{}", key.strip_prefix('/').unwrap_or(key));
         let byte_size = usize::try_from(byte_size)
             .ok()
             .filter(|&size| size > 0)
             .ok_or(ShmError::BadSize(byte_size))?;
-        let fd =
-            rustix::shm::open(object.as_str(), OFlags::RDWR, Mode::empty()).map_err(|errno| {
-                ShmError::Open {
-                    key: key.to_owned(),
-                    source: std::io::Error::from(errno),
-                }
-            })?;
-        let file = File::from(fd);
+        let file = open_object(key)?;
         let object_size = object_size(&file, key)?;
         let end = offset
             .checked_add(byte_size as u64)
@@ -95,19 +105,37 @@ impl Region {
                 key: key.to_owned(),
                 source,
             })?;
+        let guard = Guarded::new(map.as_ptr(), byte_size)?;
         Ok(Self {
             name: name.to_owned(),
             key: key.to_owned(),
             offset,
             byte_size,
+            class,
             file,
+            guard,
             map,
         })
+    }
+
+    /// Whether a fault replaced this region's memory (its object was truncated, or a page of
+    /// it could not be allocated): it must be registered again.
+    pub fn poisoned(&self) -> bool {
+        self.guard.poisoned()
+    }
+
+    /// Fails when the region was poisoned; requests check it after using the region.
+    pub fn check_intact(&self) -> Result<(), ShmError> {
+        if self.poisoned() {
+            return Err(ShmError::Poisoned(self.name.clone()));
+        }
+        Ok(())
     }
 
     /// Checks that `[offset, offset + len)` lies inside the region and inside the object as it
     /// is now: a client that shrank its object after registering gets an error, not a fault.
     fn check_window(&self, offset: u64, len: u64) -> Result<(usize, usize), ShmError> {
+        self.check_intact()?;
         let end = offset.checked_add(len).ok_or(ShmError::Overflow)?;
         if end > self.byte_size as u64 {
             return Err(ShmError::WindowPastEnd {
@@ -171,6 +199,52 @@ impl Region {
         }
         Ok(())
     }
+}
+
+/// Opens `/dev/shm/<name>` as `shm_open` would, but refuses to follow a symbolic link (which
+/// would let a client reach any file the server can open) and anything but a regular file
+/// (a FIFO, a device or a directory is no shared memory).
+fn open_object(key: &str) -> Result<File, ShmError> {
+    let name = key.strip_prefix('/').unwrap_or(key);
+    let io_error = |errno: Errno| ShmError::Open {
+        key: key.to_owned(),
+        source: std::io::Error::from(errno),
+    };
+    let dir = rustix::fs::open(
+        SHM_DIR,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(io_error)?;
+    // NONBLOCK: opening a FIFO or a device must not hang the registration.
+    let flags =
+        OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+    let fd = rustix::fs::openat(&dir, name, flags, Mode::empty()).map_err(|errno| {
+        let what = match errno {
+            Errno::LOOP => "a symbolic link",
+            Errno::ISDIR => "a directory",
+            _ => return io_error(errno),
+        };
+        ShmError::NotRegularFile {
+            key: key.to_owned(),
+            what,
+        }
+    })?;
+    let stat = rustix::fs::fstat(&fd).map_err(io_error)?;
+    let file_type = FileType::from_raw_mode(stat.st_mode);
+    if file_type != FileType::RegularFile {
+        return Err(ShmError::NotRegularFile {
+            key: key.to_owned(),
+            what: match file_type {
+                FileType::Directory => "a directory",
+                FileType::Fifo => "a FIFO",
+                FileType::CharacterDevice | FileType::BlockDevice => "a device",
+                FileType::Socket => "a socket",
+                _ => "not a regular file",
+            },
+        });
+    }
+    Ok(File::from(fd))
 }
 
 fn object_size(file: &File, key: &str) -> Result<u64, ShmError> {

@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use super::{Region, ShmError};
+use super::{limits, Region, ShmError};
+
+/// The longest region name accepted (a name travels in URLs, logs and status replies).
+pub const MAX_NAME_LEN: usize = 255;
 
 /// Who may register regions. Registering makes the server map memory of this machine, which
 /// only a process on this machine can have created.
@@ -12,20 +15,48 @@ use super::{Region, ShmError};
 pub enum ShmPolicy {
     /// Shared memory is refused.
     Off,
-    /// Only peers on a loopback address or a Unix socket may register.
+    /// Only peers on a loopback address or a Unix socket may register, and every operation
+    /// (status, unregister, inference naming a region) sees only their regions.
     #[default]
     Local,
-    /// Any peer may register.
+    /// Any peer may register, and every peer sees every region (as Triton does).
     Any,
 }
 
-/// Where a registration request came from.
+/// Where a request came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Peer {
     Ip(IpAddr),
     /// A Unix socket or an in-process caller.
     Local,
     Unknown,
+}
+
+/// Which side of the machine's boundary a peer is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerClass {
+    Local,
+    Remote,
+}
+
+impl Peer {
+    /// Loopback addresses, IPv4-mapped ones (`::ffff:127.0.0.1`, as a dual-stack listener
+    /// reports an IPv4 client) included, are local; an unknown address is not.
+    pub fn class(self) -> PeerClass {
+        match self {
+            Self::Ip(ip) if ip.to_canonical().is_loopback() => PeerClass::Local,
+            Self::Local => PeerClass::Local,
+            Self::Ip(_) | Self::Unknown => PeerClass::Remote,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Self::Ip(ip) => ip.to_canonical().to_string(),
+            Self::Local => "this machine".into(),
+            Self::Unknown => "an unknown address".into(),
+        }
+    }
 }
 
 /// What the status endpoints report for one region.
@@ -37,17 +68,58 @@ pub struct RegionStatus {
     pub byte_size: u64,
 }
 
+/// How much registration may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShmLimits {
+    /// Regions registered at once.
+    pub max_regions: usize,
+    /// Bytes of all registered regions together.
+    pub max_bytes: u64,
+}
+
+impl Default for ShmLimits {
+    fn default() -> Self {
+        Self {
+            max_regions: 256,
+            max_bytes: 64 << 30,
+        }
+    }
+}
+
+/// Refuses region names that are empty, too long, or carry NUL, `/` or control characters.
+pub fn check_name(name: &str) -> Result<(), ShmError> {
+    let reason = if name.is_empty() {
+        "it is empty"
+    } else if name.len() > MAX_NAME_LEN {
+        "it is longer than 255 bytes"
+    } else if name.contains('/') {
+        "it contains '/'"
+    } else if name.chars().any(char::is_control) {
+        "it contains NUL or another control character"
+    } else {
+        return Ok(());
+    };
+    Err(ShmError::InvalidName(reason))
+}
+
 /// Registered regions by name.
 pub struct ShmRegistry {
     policy: ShmPolicy,
+    limits: ShmLimits,
     /// Held only to look up, insert or remove; never across a map or a request.
     regions: Mutex<BTreeMap<String, Arc<Region>>>,
 }
 
 impl ShmRegistry {
+    /// A registry with the default limits.
     pub fn new(policy: ShmPolicy) -> Self {
+        Self::with_limits(policy, ShmLimits::default())
+    }
+
+    pub fn with_limits(policy: ShmPolicy, limits: ShmLimits) -> Self {
         Self {
             policy,
+            limits,
             regions: Mutex::new(BTreeMap::new()),
         }
     }
@@ -67,6 +139,32 @@ impl ShmRegistry {
         Ok(())
     }
 
+    /// Whether `peer` may see `region`: under `--shm local` only regions its own class
+    /// registered (so a remote peer sees none), otherwise all.
+    fn visible(&self, region: &Region, peer: Peer) -> bool {
+        self.policy != ShmPolicy::Local || region.class == peer.class()
+    }
+
+    /// Refuses a registration of `byte_size` more bytes that would exceed a limit.
+    fn check_limits(
+        &self,
+        regions: &BTreeMap<String, Arc<Region>>,
+        byte_size: u64,
+    ) -> Result<(), ShmError> {
+        if regions.len() >= self.limits.max_regions {
+            return Err(ShmError::TooManyRegions(self.limits.max_regions));
+        }
+        let registered: u64 = regions.values().map(|r| r.byte_size as u64).sum();
+        if registered.saturating_add(byte_size) > self.limits.max_bytes {
+            return Err(ShmError::TooManyBytes {
+                byte_size,
+                registered,
+                limit: self.limits.max_bytes,
+            });
+        }
+        Ok(())
+    }
+
     /// Maps `key` and registers it as `name`.
     pub fn register(
         &self,
@@ -77,44 +175,49 @@ impl ShmRegistry {
         peer: Peer,
     ) -> Result<(), ShmError> {
         self.check_enabled()?;
-        if self.policy == ShmPolicy::Local {
-            match peer {
-                Peer::Ip(ip) if !ip.is_loopback() => {
-                    return Err(ShmError::RemotePeer(ip.to_string()))
-                }
-                Peer::Unknown => return Err(ShmError::RemotePeer("an unknown address".into())),
-                _ => {}
+        if self.policy == ShmPolicy::Local && peer.class() == PeerClass::Remote {
+            return Err(ShmError::RemotePeer(peer.describe()));
+        }
+        check_name(name)?;
+        {
+            let regions = self.regions();
+            if regions.contains_key(name) {
+                return Err(ShmError::AlreadyExists(name.to_owned()));
             }
+            self.check_limits(&regions, byte_size)?;
         }
-        if self.regions().contains_key(name) {
-            return Err(ShmError::AlreadyExists(name.to_owned()));
-        }
-        // Mapping happens outside the lock; a racing registration of the same name loses below.
-        let region = Arc::new(Region::open(name, key, offset, byte_size)?);
+        // Each region keeps a descriptor open; connections and model files need theirs.
+        limits::check_descriptor_reserve()?;
+        // Mapping happens outside the lock; a racing registration of the same name, or one
+        // that took the last of a limit, wins below.
+        let region = Arc::new(Region::open(name, key, offset, byte_size, peer.class())?);
         let mut regions = self.regions();
         if regions.contains_key(name) {
             return Err(ShmError::AlreadyExists(name.to_owned()));
         }
+        self.check_limits(&regions, byte_size)?;
         regions.insert(name.to_owned(), region);
         Ok(())
     }
 
-    /// Removes `name`, or every region when `name` is `None`. Requests already using a region
-    /// keep it mapped until they finish.
-    pub fn unregister(&self, name: Option<&str>) -> Result<(), ShmError> {
+    /// Removes `name`, or every region `peer` may see when `name` is `None`. Requests already
+    /// using a region keep it mapped until they finish.
+    pub fn unregister(&self, name: Option<&str>, peer: Peer) -> Result<(), ShmError> {
         self.check_enabled()?;
         let mut regions = self.regions();
         match name {
             Some(name) => {
-                regions.remove(name);
+                if regions.get(name).is_some_and(|r| self.visible(r, peer)) {
+                    regions.remove(name);
+                }
             }
-            None => regions.clear(),
+            None => regions.retain(|_, region| !self.visible(region, peer)),
         }
         Ok(())
     }
 
-    /// The status of `name`, or of every region.
-    pub fn status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>, ShmError> {
+    /// The status of `name`, or of every region `peer` may see.
+    pub fn status(&self, name: Option<&str>, peer: Peer) -> Result<Vec<RegionStatus>, ShmError> {
         let regions = self.regions();
         let describe = |region: &Arc<Region>| RegionStatus {
             name: region.name.clone(),
@@ -125,19 +228,28 @@ impl ShmRegistry {
         match name {
             Some(name) => regions
                 .get(name)
+                .filter(|region| self.visible(region, peer))
                 .map(|region| vec![describe(region)])
                 .ok_or_else(|| ShmError::NotFound(name.to_owned())),
-            None => Ok(regions.values().map(describe).collect()),
+            None => Ok(regions
+                .values()
+                .filter(|region| self.visible(region, peer))
+                .map(describe)
+                .collect()),
         }
     }
 
-    /// The region registered as `name`.
-    pub fn get(&self, name: &str) -> Result<Arc<Region>, ShmError> {
+    /// The region registered as `name`, if `peer` may see it and it is intact.
+    pub fn get(&self, name: &str, peer: Peer) -> Result<Arc<Region>, ShmError> {
         self.check_enabled()?;
-        self.regions()
+        let region = self
+            .regions()
             .get(name)
+            .filter(|region| self.visible(region, peer))
             .cloned()
-            .ok_or_else(|| ShmError::NotFound(name.to_owned()))
+            .ok_or_else(|| ShmError::NotFound(name.to_owned()))?;
+        region.check_intact()?;
+        Ok(region)
     }
 
     /// Number of regions and bytes mapped, for metrics.
@@ -194,7 +306,7 @@ mod tests {
             registry.register("r", &object.0, 0, 8, local),
             Err(ShmError::AlreadyExists(_))
         ));
-        let region = registry.get("r")?;
+        let region = registry.get("r", local)?;
         region.write(4, &[1, 2, 3])?;
         let view = region.view(4, 3)?;
         assert_eq!(&view[..], &[1, 2, 3]);
@@ -204,8 +316,11 @@ mod tests {
         ));
         assert!(matches!(region.view(u64::MAX, 2), Err(ShmError::Overflow)));
 
-        registry.unregister(Some("r"))?;
-        assert!(matches!(registry.get("r"), Err(ShmError::NotFound(_))));
+        registry.unregister(Some("r"), local)?;
+        assert!(matches!(
+            registry.get("r", local),
+            Err(ShmError::NotFound(_))
+        ));
         // The view still holds the mapping.
         assert_eq!(&view[..], &[1, 2, 3]);
         Ok(())
@@ -233,7 +348,7 @@ mod tests {
         )
         .expect("reopen");
         rustix::fs::ftruncate(&fd, 0).expect("truncate");
-        let region = registry.get("r")?;
+        let region = registry.get("r", Peer::Local)?;
         assert!(matches!(region.view(0, 8), Err(ShmError::Truncated { .. })));
         assert!(matches!(
             region.write(0, &[1]),
@@ -256,5 +371,181 @@ mod tests {
             off.register("r", &object.0, 0, 8, Peer::Local),
             Err(ShmError::Disabled)
         ));
+    }
+
+    fn truncate(key: &str, size: u64) {
+        let fd = rustix::shm::open(key, rustix::shm::OFlags::RDWR, rustix::fs::Mode::empty())
+            .expect("reopen");
+        rustix::fs::ftruncate(&fd, size).expect("truncate");
+    }
+
+    #[test]
+    fn a_fault_in_a_truncated_region_poisons_it_instead_of_killing_us() -> Result<(), ShmError> {
+        let object = Object::new("fault", 3 * 4096);
+        let registry = ShmRegistry::new(ShmPolicy::Any);
+        registry.register("r", &object.0, 0, 3 * 4096, Peer::Local)?;
+        registry.register("other", &object.0, 0, 4096, Peer::Local)?;
+        let region = registry.get("r", Peer::Local)?;
+        region.write(2 * 4096, &[7; 16])?;
+        // Checked now, read later: the window a runtime thread holds.
+        let view = region.view(2 * 4096, 16)?;
+        truncate(&object.0, 4096);
+        // The page behind the view is gone: the read faults, the handler swaps in zeros.
+        let seen = std::thread::spawn(move || view[0])
+            .join()
+            .expect("reader thread");
+        assert_eq!(seen, 0);
+        assert!(region.poisoned());
+        assert!(matches!(region.check_intact(), Err(ShmError::Poisoned(_))));
+        assert!(matches!(
+            registry.get("r", Peer::Local),
+            Err(ShmError::Poisoned(_))
+        ));
+        // Another region of the same object, still inside it, is untouched.
+        let other = registry.get("other", Peer::Local)?;
+        assert!(!other.poisoned());
+        assert_eq!(&other.view(0, 4)?[..], &[0, 0, 0, 0]);
+        // Registering again works.
+        registry.unregister(Some("r"), Peer::Local)?;
+        registry.register("r", &object.0, 0, 4096, Peer::Local)?;
+        assert!(!registry.get("r", Peer::Local)?.poisoned());
+        Ok(())
+    }
+
+    #[test]
+    fn names_are_bounded_and_plain() {
+        assert!(check_name("input0_data").is_ok());
+        assert!(check_name(&"n".repeat(MAX_NAME_LEN)).is_ok());
+        for bad in [
+            String::new(),
+            "n".repeat(MAX_NAME_LEN + 1),
+            "a\0b".to_owned(),
+            "a/b".to_owned(),
+            "line\nbreak".to_owned(),
+        ] {
+            assert!(
+                matches!(check_name(&bad), Err(ShmError::InvalidName(_))),
+                "{bad:?}"
+            );
+        }
+        let object = Object::new("names", 8);
+        let registry = ShmRegistry::new(ShmPolicy::Local);
+        assert!(matches!(
+            registry.register("", &object.0, 0, 8, Peer::Local),
+            Err(ShmError::InvalidName(_))
+        ));
+    }
+
+    #[test]
+    fn mapped_loopback_is_local() {
+        let mapped: IpAddr = "::ffff:127.0.0.1".parse().expect("address");
+        assert_eq!(Peer::Ip(mapped).class(), PeerClass::Local);
+        assert_eq!(
+            Peer::Ip("::1".parse().expect("address")).class(),
+            PeerClass::Local
+        );
+        let remote: IpAddr = "::ffff:192.0.2.7".parse().expect("address");
+        assert_eq!(Peer::Ip(remote).class(), PeerClass::Remote);
+        assert_eq!(Peer::Unknown.class(), PeerClass::Remote);
+    }
+
+    #[test]
+    fn local_policy_confines_every_operation() -> Result<(), ShmError> {
+        let object = Object::new("confine", 8);
+        let registry = ShmRegistry::new(ShmPolicy::Local);
+        let local = Peer::Ip(IpAddr::from([127, 0, 0, 1]));
+        let remote = Peer::Ip(IpAddr::from([192, 0, 2, 7]));
+        registry.register("mine", &object.0, 0, 8, local)?;
+        assert!(registry.status(None, remote)?.is_empty());
+        assert!(matches!(
+            registry.status(Some("mine"), remote),
+            Err(ShmError::NotFound(_))
+        ));
+        assert!(matches!(
+            registry.get("mine", remote),
+            Err(ShmError::NotFound(_))
+        ));
+        registry.unregister(Some("mine"), remote)?;
+        registry.unregister(None, remote)?;
+        assert_eq!(registry.status(None, local)?.len(), 1);
+        registry.get("mine", local)?;
+        // Under `any`, as in Triton, every peer sees every region.
+        let open = ShmRegistry::new(ShmPolicy::Any);
+        open.register("mine", &object.0, 0, 8, local)?;
+        assert_eq!(open.status(None, remote)?.len(), 1);
+        Ok(())
+    }
+
+    #[test]
+    fn limits_refuse_clearly() -> Result<(), ShmError> {
+        let object = Object::new("limits", 64);
+        let limits = ShmLimits {
+            max_regions: 2,
+            max_bytes: 48,
+        };
+        let registry = ShmRegistry::with_limits(ShmPolicy::Local, limits);
+        registry.register("a", &object.0, 0, 16, Peer::Local)?;
+        assert!(matches!(
+            registry.register("big", &object.0, 0, 64, Peer::Local),
+            Err(ShmError::TooManyBytes { .. })
+        ));
+        registry.register("b", &object.0, 0, 16, Peer::Local)?;
+        assert!(matches!(
+            registry.register("c", &object.0, 0, 8, Peer::Local),
+            Err(ShmError::TooManyRegions(2))
+        ));
+        registry.unregister(Some("a"), Peer::Local)?;
+        registry.register("c", &object.0, 0, 8, Peer::Local)?;
+        Ok(())
+    }
+
+    #[test]
+    fn links_and_special_files_are_refused() {
+        let target = Object::new("target", 8);
+        let link = format!("tensorport-test-link-{}", std::process::id());
+        let link_path = format!("/dev/shm/{link}");
+        std::os::unix::fs::symlink(format!("/dev/shm{}", target.0), &link_path).expect("symlink");
+        let dir = format!("tensorport-test-dir-{}", std::process::id());
+        std::fs::create_dir(format!("/dev/shm/{dir}")).expect("dir");
+        let fifo = format!("tensorport-test-fifo-{}", std::process::id());
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            format!("/dev/shm/{fifo}").as_str(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .expect("fifo");
+        let registry = ShmRegistry::new(ShmPolicy::Local);
+        let linked = registry.register("l", &format!("/{link}"), 0, 8, Peer::Local);
+        let directory = registry.register("d", &format!("/{dir}"), 0, 8, Peer::Local);
+        let piped = registry.register("f", &format!("/{fifo}"), 0, 8, Peer::Local);
+        let _ = std::fs::remove_file(&link_path);
+        let _ = std::fs::remove_dir(format!("/dev/shm/{dir}"));
+        let _ = std::fs::remove_file(format!("/dev/shm/{fifo}"));
+        assert!(
+            matches!(piped, Err(ShmError::NotRegularFile { what: "a FIFO", .. })),
+            "{piped:?}"
+        );
+        assert!(
+            matches!(
+                linked,
+                Err(ShmError::NotRegularFile {
+                    what: "a symbolic link",
+                    ..
+                })
+            ),
+            "{linked:?}"
+        );
+        assert!(
+            matches!(
+                directory,
+                Err(ShmError::NotRegularFile {
+                    what: "a directory",
+                    ..
+                })
+            ),
+            "{directory:?}"
+        );
     }
 }

@@ -80,12 +80,14 @@ def link_models(model_dir: Path, bases=(EXAMPLE_MODELS, TEST_MODELS)) -> Path:
     return model_dir
 
 
-def start_server(model_dir: Path, log_path: Path, extra_args: list[str] | None = None) -> Server:
-    """Starts the binary serving `model_dir` and waits until it listens."""
+def start_server(model_dir: Path, log_path: Path, extra_args: list[str] | None = None,
+                 host: str = "127.0.0.1", prefix: list[str] | None = None) -> Server:
+    """Starts the binary serving `model_dir` and waits until it listens. `prefix` is a command
+    that execs the rest (e.g. `prlimit ... --`), so the process is still the server's."""
     binary = server_binary()
     if not binary.exists():
         raise ServerStartError(f"server binary {binary} not found: build it (cargo build) or set TENSORPORT_BIN")
-    cmd = [str(binary), "serve", "--model-dir", str(model_dir), "--host", "127.0.0.1",
+    cmd = [*(prefix or []), str(binary), "serve", "--model-dir", str(model_dir), "--host", host,
            "--grpc-port", "0", "--rest-port", "0", *(extra_args or [])]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,

@@ -175,10 +175,13 @@ fn encode_response(response: InferResponse) -> pb::ModelInferResponse {
 async fn model_infer(
     service: &InferService,
     request: pb::ModelInferRequest,
+    peer: Peer,
     context: Option<&RequestContext>,
 ) -> Result<pb::ModelInferResponse, Error> {
     let decoded = decode_request(request)?;
-    Ok(encode_response(infer(service, decoded, context).await?))
+    Ok(encode_response(
+        infer(service, decoded, peer, context).await?,
+    ))
 }
 
 /// Statistics of one model (`name`, optionally one version) or of every model.
@@ -355,8 +358,15 @@ impl GrpcInferenceService for KserveGrpc {
         request: Request<pb::ModelInferRequest>,
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let context = request.extensions().get::<Arc<RequestContext>>().cloned();
+        let peer = peer(&request);
         Ok(Response::new(
-            model_infer(&self.service, request.into_inner(), context.as_deref()).await?,
+            model_infer(
+                &self.service,
+                request.into_inner(),
+                peer,
+                context.as_deref(),
+            )
+            .await?,
         ))
     }
 
@@ -369,13 +379,14 @@ impl GrpcInferenceService for KserveGrpc {
         let service = self.service.clone();
         // The stream's messages share the stream's context: its deadline bounds each of them.
         let context = request.extensions().get::<Arc<RequestContext>>().cloned();
+        let peer = peer(&request);
         let responses = request.into_inner().then(move |message| {
             let service = service.clone();
             let context = context.clone();
             async move {
                 let request = message?;
                 Ok(
-                    match model_infer(&service, request, context.as_deref()).await {
+                    match model_infer(&service, request, peer, context.as_deref()).await {
                         Ok(response) => pb::ModelStreamInferResponse {
                             error_message: String::new(),
                             infer_response: Some(response),
@@ -452,11 +463,12 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::SystemSharedMemoryStatusRequest>,
     ) -> Result<Response<pb::SystemSharedMemoryStatusResponse>, Status> {
+        let peer = peer(&request);
         let name = request.into_inner().name;
         let regions = self
             .service
             .shm()
-            .status((!name.is_empty()).then_some(name.as_str()))
+            .status((!name.is_empty()).then_some(name.as_str()), peer)
             .map_err(Error::from)?
             .into_iter()
             .map(|r| {
@@ -491,10 +503,12 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::SystemSharedMemoryUnregisterRequest>,
     ) -> Result<Response<pb::SystemSharedMemoryUnregisterResponse>, Status> {
+        let peer = peer(&request);
         let name = request.into_inner().name;
+        // An empty name means every region, as Triton's clients send it.
         self.service
             .shm()
-            .unregister((!name.is_empty()).then_some(name.as_str()))
+            .unregister((!name.is_empty()).then_some(name.as_str()), peer)
             .map_err(Error::from)?;
         Ok(Response::new(pb::SystemSharedMemoryUnregisterResponse {}))
     }

@@ -257,24 +257,36 @@ async fn unload(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Repl
     Ok(ok().await)
 }
 
+/// The peer of an inference request: it decides which shared-memory regions the request may
+/// name. Without connection info (an in-process caller) the peer is unknown, hence remote.
+type Connection = Option<Extension<ConnectInfo<SocketAddr>>>;
+
+fn connection_peer(connection: Connection) -> Peer {
+    connection.map_or(Peer::Unknown, |Extension(ConnectInfo(addr))| peer(addr))
+}
+
 async fn infer_latest(
     State(s): Shared,
     Path(name): Path<String>,
     context: Option<Extension<Arc<RequestContext>>>,
+    connection: Connection,
     headers: HeaderMap,
     body: Bytes,
 ) -> Reply {
-    run_infer(&s, name, String::new(), context, &headers, body).await
+    let peer = connection_peer(connection);
+    run_infer(&s, name, String::new(), context, peer, &headers, body).await
 }
 
 async fn infer_version(
     State(s): Shared,
     Path((name, version)): Path<(String, String)>,
     context: Option<Extension<Arc<RequestContext>>>,
+    connection: Connection,
     headers: HeaderMap,
     body: Bytes,
 ) -> Reply {
-    run_infer(&s, name, version, context, &headers, body).await
+    let peer = connection_peer(connection);
+    run_infer(&s, name, version, context, peer, &headers, body).await
 }
 
 async fn run_infer(
@@ -282,6 +294,7 @@ async fn run_infer(
     model: String,
     version: String,
     context: Option<Extension<Arc<RequestContext>>>,
+    peer: Peer,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Reply {
@@ -289,7 +302,7 @@ async fn run_infer(
     let request = parse_object(&header)?;
     let decoded = decode_request(&request, model, version, binary, s.limits())?;
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
-    let response = infer(s, decoded, context).await?;
+    let response = infer(s, decoded, peer, context).await?;
     Ok(encode_response(&response)?)
 }
 
@@ -605,18 +618,22 @@ fn peer(addr: SocketAddr) -> Peer {
     Peer::Ip(addr.ip())
 }
 
-async fn shm_status_all(State(s): Shared) -> Reply {
-    shm_status_json(&s, None)
+async fn shm_status_all(State(s): Shared, ConnectInfo(addr): ConnectInfo<SocketAddr>) -> Reply {
+    shm_status_json(&s, None, peer(addr))
 }
 
-async fn shm_status(State(s): Shared, Path(region): Path<String>) -> Reply {
-    shm_status_json(&s, Some(&region))
+async fn shm_status(
+    State(s): Shared,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Path(region): Path<String>,
+) -> Reply {
+    shm_status_json(&s, Some(&region), peer(addr))
 }
 
-fn shm_status_json(s: &InferService, region: Option<&str>) -> Reply {
+fn shm_status_json(s: &InferService, region: Option<&str>, peer: Peer) -> Reply {
     let rows: Vec<Value> = s
         .shm()
-        .status(region)
+        .status(region, peer)
         .map_err(Error::from)?
         .into_iter()
         .map(|r| json!({ "name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size }))
@@ -650,13 +667,19 @@ async fn shm_register(
     Ok(ok().await)
 }
 
-async fn shm_unregister(State(s): Shared, Path(region): Path<String>) -> Reply {
-    s.shm().unregister(Some(&region)).map_err(Error::from)?;
+async fn shm_unregister(
+    State(s): Shared,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    Path(region): Path<String>,
+) -> Reply {
+    s.shm()
+        .unregister(Some(&region), peer(addr))
+        .map_err(Error::from)?;
     Ok(ok().await)
 }
 
-async fn shm_unregister_all(State(s): Shared) -> Reply {
-    s.shm().unregister(None).map_err(Error::from)?;
+async fn shm_unregister_all(State(s): Shared, ConnectInfo(addr): ConnectInfo<SocketAddr>) -> Reply {
+    s.shm().unregister(None, peer(addr)).map_err(Error::from)?;
     Ok(ok().await)
 }
 

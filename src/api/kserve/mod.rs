@@ -25,7 +25,7 @@ use crate::infer::{InferService, Prediction};
 use crate::metrics::CopyStage;
 use crate::repository::VersionSelector;
 use crate::request::RequestContext;
-use crate::shm::{Region, ShmError};
+use crate::shm::{Peer, Region, ShmError};
 use crate::tensor::{element_count, DataType, Tensor};
 
 /// Extensions this server implements, as `GET /v2` and `ServerMetadata` report them.
@@ -196,11 +196,13 @@ pub fn version_selector(version: &str) -> Result<VersionSelector, Error> {
         })
 }
 
-/// Runs a decoded KServe request. `context` (absent when no overload layer ran, as in some
-/// tests) gives the transport deadline and learns which model version answers.
+/// Runs a decoded KServe request from `peer` (which decides the shared-memory regions it may
+/// name). `context` (absent when no overload layer ran, as in some tests) gives the transport
+/// deadline and learns which model version answers.
 pub async fn infer(
     service: &InferService,
     request: InferRequest,
+    peer: Peer,
     context: Option<&RequestContext>,
 ) -> Result<InferResponse, Error> {
     let model = service.resolve(&request.model, version_selector(&request.version)?)?;
@@ -215,26 +217,25 @@ pub async fn infer(
     };
     // KServe has no signatures: a request runs the model's default one.
     let (signature, _) = model.signature("")?;
-    let inputs = request
-        .inputs
-        .into_iter()
-        .map(|input| {
-            let name = input.name.clone();
-            resolve_input(service, input)
-                .map(|tensor| (name.clone(), tensor))
-                .map_err(|err| with_input(err, &name))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // Every region this request reads or writes: a fault in one while the request runs
+    // poisons it (see `crate::shm`), and the request must then fail.
+    let mut used = Vec::new();
+    let mut inputs = Vec::with_capacity(request.inputs.len());
+    for input in request.inputs {
+        let name = input.name.clone();
+        let tensor =
+            resolve_input(service, input, peer, &mut used).map_err(|err| with_input(err, &name))?;
+        inputs.push((name, tensor));
+    }
     let output_filter = request.outputs.iter().map(|o| o.name.clone()).collect();
     // Outputs bound for shared memory are offered to the runtime to write in place.
-    let output_targets = request
-        .outputs
-        .iter()
-        .map(|output| match &output.shm {
-            Some(target) => output_window(service, &output.name, target),
-            None => Ok(None),
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
+    let mut output_targets = Vec::with_capacity(request.outputs.len());
+    for output in &request.outputs {
+        output_targets.push(match &output.shm {
+            Some(target) => output_window(service, &output.name, target, peer, &mut used)?,
+            None => None,
+        });
+    }
     let result = service
         .predict(Prediction {
             model,
@@ -245,13 +246,16 @@ pub async fn infer(
             deadline,
             priority: request.priority,
         })
-        .await?;
+        .await;
+    // A poisoned region explains a failure better than whatever the runtime made of zeros.
+    check_intact(&used)?;
+    let result = result?;
     let mut outputs = Vec::with_capacity(result.outputs.len());
     for (name, tensor) in result.outputs {
         let wanted = request.outputs.iter().find(|o| o.name == name);
         let shm = wanted.and_then(|o| o.shm.clone());
         if let Some(target) = &shm {
-            write_output(service, &name, &tensor, target)?;
+            write_output(service, &name, &tensor, target, peer)?;
         }
         outputs.push(OutputResult {
             binary: wanted.map_or(request.binary_by_default, |o| o.binary),
@@ -268,6 +272,14 @@ pub async fn infer(
     })
 }
 
+/// Fails if a fault poisoned any region the request used.
+fn check_intact(used: &[Arc<Region>]) -> Result<(), Error> {
+    for region in used {
+        region.check_intact()?;
+    }
+    Ok(())
+}
+
 /// Names the input an error belongs to.
 fn with_input(err: Error, name: &str) -> Error {
     match err {
@@ -281,7 +293,12 @@ fn with_input(err: Error, name: &str) -> Error {
 
 /// The tensor of one input: inline data as decoded, or a view into its shared-memory region
 /// (no copy: the runtime reads the client's memory).
-fn resolve_input(service: &InferService, input: InputRequest) -> Result<Tensor, Error> {
+fn resolve_input(
+    service: &InferService,
+    input: InputRequest,
+    peer: Peer,
+    used: &mut Vec<Arc<Region>>,
+) -> Result<Tensor, Error> {
     let target = match input.data {
         InputData::Inline(tensor) => {
             if tensor.shape() != input.shape.as_slice() {
@@ -308,15 +325,17 @@ fn resolve_input(service: &InferService, input: InputRequest) -> Result<Tensor, 
             )));
         }
     }
-    let region = request_region(service, &target.region)?;
+    let region = request_region(service, &target.region, peer)?;
     let bytes = region.view(target.offset, target.byte_size)?;
+    used.push(region);
     Ok(codec::from_raw(input.dtype, input.shape, bytes)?)
 }
 
-/// The region a request names. An unknown name makes the request itself invalid (400 /
-/// INVALID_ARGUMENT); the shared-memory status and unregister calls answer NOT_FOUND instead.
-fn request_region(service: &InferService, name: &str) -> Result<Arc<Region>, Error> {
-    service.shm().get(name).map_err(|err| match err {
+/// The region a request names, among those `peer` may see. An unknown name makes the request
+/// itself invalid (400 / INVALID_ARGUMENT); the shared-memory status and unregister calls
+/// answer NOT_FOUND instead.
+fn request_region(service: &InferService, name: &str, peer: Peer) -> Result<Arc<Region>, Error> {
+    service.shm().get(name, peer).map_err(|err| match err {
         ShmError::NotFound(_) => Error::invalid(err.to_string()),
         other => Error::Shm(other),
     })
@@ -327,11 +346,14 @@ fn output_window(
     service: &InferService,
     name: &str,
     target: &ShmRef,
+    peer: Peer,
+    used: &mut Vec<Arc<Region>>,
 ) -> Result<OutputTarget, Error> {
-    let region = request_region(service, &target.region)?;
+    let region = request_region(service, &target.region, peer)?;
     let window = region
         .window(target.offset, target.byte_size)
         .map_err(|err| Error::invalid(format!("output '{name}': {err}")))?;
+    used.push(region);
     Ok(Some(Arc::new(window)))
 }
 
@@ -342,6 +364,7 @@ fn write_output(
     name: &str,
     tensor: &Tensor,
     target: &ShmRef,
+    peer: Peer,
 ) -> Result<(), Error> {
     let needed = codec::raw_len(tensor) as u64;
     if needed > target.byte_size {
@@ -350,7 +373,7 @@ fn write_output(
             target.byte_size
         )));
     }
-    let region = request_region(service, &target.region)?;
+    let region = request_region(service, &target.region, peer)?;
     if tensor
         .bytes()
         .is_some_and(|bytes| region.holds(target.offset, bytes))
@@ -359,6 +382,8 @@ fn write_output(
     }
     let raw = codec::to_raw(tensor);
     region.write(target.offset, &raw)?;
+    // The copy itself may have faulted (the object shrank, or tmpfs ran out of pages).
+    region.check_intact()?;
     service
         .metrics()
         .record_copy(CopyStage::SharedMemoryOutput, raw.len());
