@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tensorport::auth::Access;
 use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
@@ -68,6 +69,12 @@ fn init_logging(format: LogFormat) {
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     let model_dir = args.model_dir.clone().ok_or("--model-dir is required")?;
+    // Before the models load, so that a bad token file fails the start at once.
+    let access = match &args.auth_token_file {
+        Some(file) => Access::from_file(file).map_err(|err| err.to_string())?,
+        None => Access::open(),
+    };
+    access.log_summary();
     let env_library = std::env::var_os(ORT_DYLIB_PATH)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
@@ -103,7 +110,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             default_batching: args.batch_settings(),
             metrics: metrics.clone(),
         };
-        let repository = Arc::new(ModelRepository::new(&model_dir, loader));
+        let repository = Arc::new(
+            ModelRepository::new(&model_dir, loader)
+                .with_allowed_roots(&args.allow_model_paths)
+                .map_err(|err| err.to_string())?,
+        );
         repository
             .reconcile()
             .await
@@ -113,7 +124,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .clone()
                 .watch(Duration::from_secs(args.model_poll_secs))
         });
-        let options = args.server_options();
+        let mut options = args.server_options();
+        options.auth = access;
         let max_request_bytes = options.max_request_bytes;
         let infer = Arc::new(InferService::new(
             repository,
