@@ -166,7 +166,7 @@ impl Access {
             } else {
                 format!("tokens {}", holders.join(", "))
             };
-            tracing::info!(group = group.name(), open_to = %open_to, "API group access");
+            tracing::info!("API group '{group}' is open to {open_to}");
         }
     }
 }
