@@ -151,11 +151,11 @@ pub struct ServeArgs {
     pub auth_token_file: Option<PathBuf>,
 
     /// Folders besides --model-dir that a TF Serving reload-config base_path may name
-    /// (comma-separated).
+    /// (comma-separated: DIR[,DIR]).
     #[arg(
         long,
         env = "TENSORPORT_ALLOW_MODEL_PATHS",
-        value_name = "DIR[,DIR]",
+        value_name = "DIRS",
         value_delimiter = ','
     )]
     pub allow_model_paths: Vec<PathBuf>,
