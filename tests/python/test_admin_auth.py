@@ -7,6 +7,7 @@ Each attack is followed by an authorised request that must still succeed.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -185,3 +186,15 @@ def test_a_bad_token_file_stops_the_start_without_showing_tokens(tmp_path):
     assert done.returncode != 0
     assert "line 1" in done.stderr and "'admin'" in done.stderr, done.stderr
     assert CLIENT not in done.stderr
+
+
+def test_the_metrics_port_applies_the_same_grants(tmp_path):
+    with serving(tmp_path, "--metrics-port", "0") as server:
+        match = re.search(r"listening .* metrics=(\S+)", read_log(server.log_path))
+        assert match, read_log(server.log_path)
+        metrics = f"http://{match.group(1)}/metrics"
+        assert requests.get(metrics, timeout=10).status_code == 401
+        assert requests.get(metrics, headers=bearer(CLIENT), timeout=10).status_code == 403
+        assert requests.get(metrics, headers=bearer(ADMIN), timeout=10).status_code == 200
+        assert requests.get(f"http://{match.group(1)}/v2/health/live", timeout=10).status_code == 200
+        assert_still_serves(server)
