@@ -189,6 +189,16 @@ mod tests {
                 400,
                 tonic::Code::InvalidArgument,
             ),
+            (
+                ErrorKind::Unauthenticated,
+                401,
+                tonic::Code::Unauthenticated,
+            ),
+            (
+                ErrorKind::PermissionDenied,
+                403,
+                tonic::Code::PermissionDenied,
+            ),
             (ErrorKind::Unavailable, 503, tonic::Code::Unavailable),
             (
                 ErrorKind::ResourceExhausted,

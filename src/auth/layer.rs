@@ -8,16 +8,6 @@ use http::{header, HeaderValue, Request, Response, StatusCode};
 use tower::{Layer, Service};
 
 use super::{Access, Denied};
-use crate::error::ErrorKind;
-
-impl Denied {
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            Self::MissingToken | Self::UnknownToken => ErrorKind::Unauthenticated,
-            Self::GroupNotGranted(_) => ErrorKind::PermissionDenied,
-        }
-    }
-}
 
 /// How a server's transport spells a refusal; implemented for the response body of each.
 pub trait Refuse: Sized {

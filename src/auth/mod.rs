@@ -24,6 +24,8 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
+use crate::error::ErrorKind;
+
 pub use groups::Group;
 pub use layer::AuthLayer;
 pub use token_file::TokenFileError;
@@ -98,6 +100,17 @@ pub enum Denied {
     UnknownToken,
     #[error("the token may not use the '{0}' API")]
     GroupNotGranted(Group),
+}
+
+impl Denied {
+    /// Its row in the server's one status table: 401 / UNAUTHENTICATED or 403 /
+    /// PERMISSION_DENIED.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::MissingToken | Self::UnknownToken => ErrorKind::Unauthenticated,
+            Self::GroupNotGranted(_) => ErrorKind::PermissionDenied,
+        }
+    }
 }
 
 impl Access {
