@@ -172,6 +172,21 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_METRICS_PORT")]
     pub metrics_port: Option<u16>,
 
+    /// Bearer tokens and the API groups each may use, one `TOKEN GROUPS [NAME]` a line (see
+    /// the README's Security section); without it every API is open to anyone.
+    #[arg(long, env = "TENSORPORT_AUTH_TOKEN_FILE", value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Folders besides --model-dir that a TF Serving reload-config base_path may name
+    /// (comma-separated: DIR[,DIR]).
+    #[arg(
+        long,
+        env = "TENSORPORT_ALLOW_MODEL_PATHS",
+        value_name = "DIRS",
+        value_delimiter = ','
+    )]
+    pub allow_model_paths: Vec<PathBuf>,
+
     /// Log lines as human-readable text or as JSON objects, one per line.
     #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -237,6 +252,8 @@ impl ServeArgs {
             },
             shutdown_delay: Duration::from_millis(self.shutdown_delay_ms),
             drain: Duration::from_secs(self.drain_secs),
+            // Read from --auth-token-file by `main`, which can report a bad file.
+            auth: crate::auth::Access::open(),
         })
     }
 

@@ -6,6 +6,7 @@
 
 use crate::backend::{BackendError, Signature};
 use crate::batcher::BatchError;
+use crate::repository::ConfineError;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
 
@@ -39,6 +40,9 @@ pub enum Error {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Shm(#[from] ShmError),
+    /// A model name or path the admin APIs refuse.
+    #[error(transparent)]
+    Confine(#[from] ConfineError),
     #[error("{0}")]
     Unimplemented(String),
     #[error("{0}")]
@@ -62,6 +66,8 @@ pub enum ErrorKind {
     NotFound,
     InvalidArgument,
     AlreadyExists,
+    /// No credentials, or credentials the server does not know.
+    Unauthenticated,
     PermissionDenied,
     Unavailable,
     ResourceExhausted,
@@ -80,10 +86,11 @@ pub struct ErrorRow {
 
 impl ErrorKind {
     /// Every kind, for reading the table backwards (from a status to its kind).
-    pub const ALL: [ErrorKind; 9] = [
+    pub const ALL: [ErrorKind; 10] = [
         Self::NotFound,
         Self::InvalidArgument,
         Self::AlreadyExists,
+        Self::Unauthenticated,
         Self::PermissionDenied,
         Self::Unavailable,
         Self::ResourceExhausted,
@@ -99,6 +106,7 @@ impl ErrorKind {
             Self::NotFound => (404, Code::NotFound, "not_found"),
             Self::InvalidArgument => (400, Code::InvalidArgument, "invalid_argument"),
             Self::AlreadyExists => (409, Code::AlreadyExists, "already_exists"),
+            Self::Unauthenticated => (401, Code::Unauthenticated, "unauthenticated"),
             Self::PermissionDenied => (403, Code::PermissionDenied, "permission_denied"),
             Self::Unavailable => (503, Code::Unavailable, "unavailable"),
             Self::ResourceExhausted => (429, Code::ResourceExhausted, "resource_exhausted"),
@@ -138,6 +146,8 @@ impl Error {
                 ShmError::Guard(_) | ShmError::Descriptors(_) => ErrorKind::Internal,
                 _ => ErrorKind::InvalidArgument,
             },
+            Self::Confine(ConfineError::OutsideRoots(_)) => ErrorKind::PermissionDenied,
+            Self::Confine(_) => ErrorKind::InvalidArgument,
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) | Self::Batch(_) => ErrorKind::Internal,
             Self::QueueFull { .. } => ErrorKind::ResourceExhausted,
@@ -183,6 +193,16 @@ mod tests {
                 ErrorKind::InvalidArgument,
                 400,
                 tonic::Code::InvalidArgument,
+            ),
+            (
+                ErrorKind::Unauthenticated,
+                401,
+                tonic::Code::Unauthenticated,
+            ),
+            (
+                ErrorKind::PermissionDenied,
+                403,
+                tonic::Code::PermissionDenied,
             ),
             (ErrorKind::Unavailable, 503, tonic::Code::Unavailable),
             (

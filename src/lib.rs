@@ -19,11 +19,13 @@
 //!   in flight).
 //! - [`tensor`]: the one domain tensor type and its decoding limits.
 //! - [`overload`]: the tower stack both servers run, read top to bottom as policy.
+//! - [`auth`]: which API groups a bearer token may use (`--auth-token-file`).
 //! - [`request`]: what travels with a request besides its body (id, protocol, deadline).
 //! - [`metrics`]: every Prometheus metric, built once and passed in.
 //! - [`server`]: binds nothing itself; takes listeners and a shutdown future, and drains.
 
 pub mod api;
+pub mod auth;
 pub mod backend;
 pub mod batcher;
 pub mod config;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tensorport::auth::Access;
 use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
@@ -73,6 +74,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         Ok(limit) => tracing::info!(limit = ?limit, "open-file limit"),
         Err(err) => tracing::warn!(%err, "cannot raise the open-file limit"),
     }
+    // Before the models load, so that a bad token file fails the start at once.
+    let access = match &args.auth_token_file {
+        Some(file) => Access::from_file(file).map_err(|err| err.to_string())?,
+        None => Access::open(),
+    };
+    access.log_summary();
     let env_library = std::env::var_os(ORT_DYLIB_PATH)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
@@ -101,7 +108,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|err| format!("cannot start the async runtime: {err}"))?;
     // Settings that read files fail here, before any model loads.
-    let options = args.server_options().map_err(|err| err.to_string())?;
+    let mut options = args.server_options().map_err(|err| err.to_string())?;
+    options.auth = access;
     runtime.block_on(async move {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
@@ -110,7 +118,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             default_batching: args.batch_settings(),
             metrics: metrics.clone(),
         };
-        let repository = Arc::new(ModelRepository::new(&model_dir, loader));
+        let repository = Arc::new(
+            ModelRepository::new(&model_dir, loader)
+                .with_allowed_roots(&args.allow_model_paths)
+                .map_err(|err| err.to_string())?,
+        );
         repository
             .reconcile()
             .await

@@ -21,6 +21,7 @@ use crate::api::health::Health;
 use crate::api::rest_util::RestError;
 use crate::api::route_table::Routes;
 use crate::api::{health, kserve, scrape, tfserving};
+use crate::auth::{Access, AuthLayer};
 use crate::infer::InferService;
 use crate::overload::{Overload, OverloadSettings};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
@@ -55,6 +56,8 @@ pub struct ServerOptions {
     pub shutdown_delay: Duration,
     /// How long requests in flight and queued may take to finish once the listeners close.
     pub drain: Duration,
+    /// Which API groups each token may use (`--auth-token-file`); open by default.
+    pub auth: Access,
 }
 
 impl Default for ServerOptions {
@@ -64,6 +67,7 @@ impl Default for ServerOptions {
             overload: OverloadSettings::default(),
             shutdown_delay: Duration::ZERO,
             drain: Duration::from_secs(30),
+            auth: Access::open(),
         }
     }
 }
@@ -111,17 +115,21 @@ pub fn rest_app(
     rest_router(options)
         .with_state(infer)
         .layer(Extension(health.clone()))
+        // Innermost, right in front of the routes: refusals are still observed (counted and
+        // logged), and probes, which bypass the overload layers, still pass this check.
+        .layer(AuthLayer::<axum::body::Body>::new(options.auth.clone()))
         .layer(overload.layer::<axum::body::Body>())
 }
 
 /// The `--metrics-port` application: `/metrics` and the probes, without overload protection
 /// (a scrape or a probe must get through when the server is busiest).
-fn metrics_app(infer: Arc<InferService>, health: &Arc<Health>) -> Router {
+fn metrics_app(infer: Arc<InferService>, health: &Arc<Health>, auth: &Access) -> Router {
     scrape::routes()
         .merge(health::routes())
         .into_router()
         .with_state(infer)
         .layer(Extension(health.clone()))
+        .layer(AuthLayer::<axum::body::Body>::new(auth.clone()))
 }
 
 /// Serves until `shutdown` resolves, then drains as the module documentation says.
@@ -154,6 +162,8 @@ pub async fn run(
         .initial_stream_window_size(GRPC_STREAM_WINDOW)
         .initial_connection_window_size(GRPC_CONNECTION_WINDOW)
         .layer(overload.layer::<tonic::body::Body>())
+        // Inside the overload stack, as on the HTTP port (a later layer is an inner one).
+        .layer(AuthLayer::<tonic::body::Body>::new(options.auth.clone()))
         .add_service(health.grpc_service())
         .add_service(
             PredictionServiceServer::new(tf.clone())
@@ -182,7 +192,7 @@ pub async fn run(
     let metrics = async {
         match listeners.metrics {
             Some(listener) => {
-                let app = metrics_app(infer.clone(), &health);
+                let app = metrics_app(infer.clone(), &health, &options.auth);
                 axum::serve(listener, app)
                     .with_graceful_shutdown(stopped(stop_rx.clone()))
                     .await

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use super::confine::{check_model_name, ConfineError, ModelRoots};
 use super::model_config::ModelConfig;
 use super::{
     scan_model, subfolders, warmup, warmup_log, LoadedModel, Loader, ModelRecord, ScanError,
@@ -67,6 +68,8 @@ struct Source {
 /// The model repository: the current snapshot, and the lifecycle that replaces it.
 pub struct ModelRepository {
     dir: PathBuf,
+    /// Where the admin APIs may point models: `--model-dir` and `--allow-model-paths`.
+    roots: ModelRoots,
     loader: Arc<Loader>,
     /// Swapped whole; held only to clone or replace the `Arc`, never across an await.
     snapshot: RwLock<Arc<Snapshot>>,
@@ -85,6 +88,7 @@ impl ModelRepository {
     pub fn new(dir: &Path, loader: Loader) -> Self {
         Self {
             dir: dir.to_path_buf(),
+            roots: ModelRoots::new(dir),
             loader: Arc::new(loader),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             control: tokio::sync::Mutex::new(Control::default()),
@@ -97,6 +101,12 @@ impl ModelRepository {
     pub fn with_backend_decorator(mut self, decorate: BackendDecorator) -> Self {
         self.decorate = Some(decorate);
         self
+    }
+
+    /// Also lets reload-config lists name folders under `roots` (`--allow-model-paths`).
+    pub fn with_allowed_roots(mut self, roots: &[PathBuf]) -> std::io::Result<Self> {
+        self.roots.allow(roots)?;
+        Ok(self)
     }
 
     /// The serving state now.
@@ -151,11 +161,12 @@ impl ModelRepository {
 
     /// Loads `name` (again): clears an earlier unload and reconciles it now.
     pub async fn load_model(&self, name: &str) -> Result<(), Error> {
+        check_model_name(name)?;
         let mut control = self.control.lock().await;
         control.unloaded.remove(name);
         self.reconcile_locked(&mut control, Some(name))
             .await
-            .map_err(|err| Error::Internal(err.to_string()))?;
+            .map_err(|err| self.internal(&err))?;
         let snapshot = self.snapshot();
         let record = snapshot
             .model(name)
@@ -165,12 +176,13 @@ impl ModelRepository {
 
     /// Unloads every version of `name`; it stays unloaded until loaded again.
     pub async fn unload_model(&self, name: &str) -> Result<(), Error> {
+        check_model_name(name)?;
         let mut control = self.control.lock().await;
         self.snapshot().model(name)?;
         control.unloaded.insert(name.to_owned());
         self.reconcile_locked(&mut control, Some(name))
             .await
-            .map_err(|err| Error::Internal(err.to_string()))
+            .map_err(|err| self.internal(&err))
     }
 
     /// Serves exactly `models` from now on (TF Serving's HandleReloadConfigRequest).
@@ -180,12 +192,19 @@ impl ModelRepository {
         control.served = Some(models.into_iter().map(|m| (m.name.clone(), m)).collect());
         self.reconcile_locked(&mut control, None)
             .await
-            .map_err(|err| Error::Internal(err.to_string()))
+            .map_err(|err| self.internal(&err))
     }
 
-    /// The directory a model's versions live in.
-    pub fn model_path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+    /// The folder a reload-config entry's versions live in: `base_path` (empty: the model
+    /// directory's folder of that name), confined to the model roots.
+    pub fn model_path(&self, name: &str, base_path: &str) -> Result<PathBuf, ConfineError> {
+        self.roots.resolve(name, base_path)
+    }
+
+    /// A failure to read the repository, as a client may see it: without the server's paths.
+    fn internal(&self, err: &ScanError) -> Error {
+        tracing::error!(error = %err, "cannot read the model repository");
+        Error::Internal(self.roots.redact(&err.to_string()))
     }
 
     fn sources(&self, control: &Control) -> Result<Vec<Source>, ScanError> {
@@ -273,7 +292,7 @@ impl ModelRepository {
                             &source.name,
                             latest.version,
                             VersionState::End {
-                                error: Some(message.clone()),
+                                error: Some(self.roots.redact(message)),
                             },
                         );
                     }
@@ -473,7 +492,9 @@ impl ModelRepository {
                 self.set_state(
                     model,
                     folder.version,
-                    VersionState::End { error: Some(error) },
+                    VersionState::End {
+                        error: Some(self.roots.redact(&error)),
+                    },
                 );
                 self.loader
                     .metrics

@@ -6,6 +6,7 @@
 //! alive for as long as it runs. The lifecycle ([`ModelRepository`]) builds new snapshots as
 //! versions load, warm up, and retire, and swaps them in atomically.
 
+mod confine;
 mod declared;
 mod lifecycle;
 mod model_config;
@@ -15,6 +16,7 @@ mod triton_config;
 mod warmup;
 mod warmup_log;
 
+pub use confine::{check_model_name, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES};
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{BackendDecorator, ModelRepository, ServedModel};
 pub use model_config::{

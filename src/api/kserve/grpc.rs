@@ -8,9 +8,9 @@ use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{
-    codec, infer, model_config, model_metadata, repository_index, scheduling_params,
-    version_selector, InferRequest, InferResponse, InputData, InputRequest, OutputRequest, Param,
-    Params, ShmRef, EXTENSIONS,
+    codec, infer, model_config, model_metadata, refuse_load_overrides, repository_index,
+    scheduling_params, version_selector, InferRequest, InferResponse, InputData, InputRequest,
+    OutputRequest, Param, Params, ShmRef, EXTENSIONS,
 };
 use crate::api::health::Health;
 use crate::error::Error;
@@ -445,8 +445,12 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
-        let name = request.into_inner().model_name;
-        self.service.repository().load_model(&name).await?;
+        let request = request.into_inner();
+        refuse_load_overrides(&request.model_name, request.parameters.keys())?;
+        self.service
+            .repository()
+            .load_model(&request.model_name)
+            .await?;
         Ok(Response::new(pb::RepositoryModelLoadResponse {}))
     }
 

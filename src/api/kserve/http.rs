@@ -13,9 +13,9 @@ use axum::Extension;
 use serde_json::{json, Map, Value};
 
 use super::{
-    codec, config_json, infer, model_config, model_metadata, param_bool, repository_index,
-    scheduling_params, InferRequest, InferResponse, InputData, InputRequest, ModelMetadata,
-    OutputRequest, Param, Params, ShmRef, EXTENSIONS,
+    codec, config_json, infer, model_config, model_metadata, param_bool, refuse_load_overrides,
+    repository_index, scheduling_params, InferRequest, InferResponse, InputData, InputRequest,
+    ModelMetadata, OutputRequest, Param, Params, ShmRef, EXTENSIONS,
 };
 use crate::api::json_body;
 use crate::api::json_tensor::{decode_flat, write_flat, write_json_str};
@@ -236,17 +236,18 @@ async fn index(State(s): Shared, body: Bytes) -> Reply {
 
 /// A load / unload body: optional, a JSON object whose `parameters`, if any, is an object.
 /// KServe clients may send parameters; none are used.
-fn check_repository_body(body: &[u8]) -> Result<(), Error> {
+fn check_repository_body(body: &[u8]) -> Result<Params, Error> {
     if body.is_empty() {
-        return Ok(());
+        return Ok(Params::new());
     }
     let request = parse_object(body)?;
-    params(request.get("parameters"), "request").map(|_| ())
+    params(request.get("parameters"), "request")
 }
 
 /// Loads (or reloads) a model now.
 async fn load(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Reply {
-    check_repository_body(&body)?;
+    let params = check_repository_body(&body)?;
+    refuse_load_overrides(&name, params.keys())?;
     s.repository().load_model(&name).await?;
     Ok(ok().await)
 }

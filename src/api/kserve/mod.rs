@@ -51,6 +51,31 @@ pub enum Param {
 
 pub type Params = BTreeMap<String, Param>;
 
+/// Triton lets a load request carry the model itself: a `config` parameter (its configuration
+/// as JSON) and `file:<path>` parameters (file contents). Models load only from the model
+/// directory here, so such a request is refused rather than answered as if they had applied.
+fn refuse_load_overrides<'k>(
+    model: &str,
+    keys: impl IntoIterator<Item = &'k String>,
+) -> Result<(), Error> {
+    // First, since the message repeats the name.
+    crate::repository::check_model_name(model)?;
+    let mut overrides: Vec<&str> = keys
+        .into_iter()
+        .map(String::as_str)
+        .filter(|key| *key == "config" || key.starts_with("file:"))
+        .collect();
+    if overrides.is_empty() {
+        return Ok(());
+    }
+    overrides.sort_unstable();
+    Err(Error::invalid(format!(
+        "model '{model}': load parameters {} are not supported: models load only from the \
+         model directory, so 'config' and 'file:' overrides cannot be applied",
+        overrides.join(", ")
+    )))
+}
+
 fn param_u64(params: &Params, key: &str) -> Result<Option<u64>, Error> {
     match params.get(key) {
         None => Ok(None),

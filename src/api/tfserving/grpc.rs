@@ -18,7 +18,9 @@ use crate::proto::tensorflow::serving::{
     MultiInferenceResponse, PredictRequest, PredictResponse, RegressionRequest, RegressionResponse,
     ReloadConfigRequest, ReloadConfigResponse, SignatureDefMap, StatusProto,
 };
-use crate::repository::{LoadedModel, ServedModel, VersionPolicy, VersionSelector};
+use crate::repository::{
+    check_model_name, ConfineError, LoadedModel, ServedModel, VersionPolicy, VersionSelector,
+};
 use crate::request::RequestContext;
 
 /// The metadata field TF Serving clients ask for.
@@ -225,11 +227,33 @@ impl ModelService for TfServingGrpc {
             )
             .into());
         };
+        // TF Serving applies an empty list: it unloads every model and goes on answering,
+        // serving nothing. Here readiness would stay true while every request fails, so an
+        // empty list is refused; models are taken out one at a time (KServe's unload) or the
+        // server is stopped.
+        if list.config.is_empty() {
+            return Err(Error::invalid(
+                "the model_config_list is empty; refusing to unload every model (unload models \
+                 one by one through the repository API, or stop the server)",
+            )
+            .into());
+        }
         let repository = self.infer.repository();
+        let mut seen = std::collections::HashSet::new();
         let models = list
             .config
             .into_iter()
-            .map(|model| served_model(model, |name| repository.model_path(name)))
+            .map(|model| {
+                if !seen.insert(model.name.clone()) {
+                    return Err(Error::invalid(format!(
+                        "model '{}' is listed more than once",
+                        model.name
+                    )));
+                }
+                served_model(model, |name, base_path| {
+                    repository.model_path(name, base_path)
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         repository.serve_only(models).await?;
         Ok(Response::new(ReloadConfigResponse {
@@ -245,14 +269,11 @@ impl ModelService for TfServingGrpc {
 /// One entry of a reload-config list in the repository's terms.
 fn served_model(
     model: crate::proto::tensorflow::serving::ModelConfig,
-    default_path: impl Fn(&str) -> std::path::PathBuf,
+    confined_path: impl Fn(&str, &str) -> Result<std::path::PathBuf, ConfineError>,
 ) -> Result<ServedModel, Error> {
     use crate::proto::tensorflow::serving::file_system_storage_path_source_config::servable_version_policy::PolicyChoice;
-    if model.name.is_empty() {
-        return Err(Error::invalid(
-            "every model in the config list needs a name",
-        ));
-    }
+    // First, since later messages repeat the name.
+    check_model_name(&model.name)?;
     if !model.model_platform.is_empty()
         && model.model_platform != "onnx"
         && model.model_platform != "tensorflow"
@@ -296,11 +317,7 @@ fn served_model(
             })?;
         Some(labels)
     };
-    let path = if model.base_path.is_empty() {
-        default_path(&model.name)
-    } else {
-        std::path::PathBuf::from(&model.base_path)
-    };
+    let path = confined_path(&model.name, &model.base_path)?;
     Ok(ServedModel {
         name: model.name,
         path,
