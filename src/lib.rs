@@ -22,6 +22,7 @@
 //! - [`request`]: what travels with a request besides its body (id, protocol, deadline).
 //! - [`metrics`]: every Prometheus metric, built once and passed in.
 //! - [`server`]: binds nothing itself; takes listeners and a shutdown future, and drains.
+//! - [`transport`]: accepting, TLS and the connection limits of every port.
 
 pub mod api;
 pub mod backend;
@@ -38,6 +39,7 @@ pub mod server;
 pub mod shm;
 pub mod stats;
 pub mod tensor;
+pub mod transport;
 
 pub use error::{Error, ErrorKind};
 pub use server::{run, Listeners, ServerOptions};
