@@ -176,20 +176,22 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
 
-    /// Seconds a client has for its TLS handshake, and for an HTTP/1 request head.
-    #[arg(long, env = "TENSORPORT_HEADER_READ_TIMEOUT_SECS", default_value_t = 10,
+    /// Seconds a client has to finish its TLS handshake, and over HTTP/1 to send a request
+    /// head (on a kept-alive connection, counted from the previous answer).
+    #[arg(long, env = "TENSORPORT_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub header_read_timeout_secs: u64,
 
     /// Seconds a client has to send a request body once its head has arrived; slower
     /// requests are answered 408 / DEADLINE_EXCEEDED. Bodies are read before a request takes
     /// one of --max-concurrent-requests.
-    #[arg(long, env = "TENSORPORT_BODY_READ_TIMEOUT_SECS", default_value_t = 60,
+    #[arg(long, env = "TENSORPORT_BODY_READ_TIMEOUT_SECS", default_value_t = 60, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub body_read_timeout_secs: u64,
 
-    /// Seconds a connection may stay open with no request in flight before it is closed.
-    #[arg(long, env = "TENSORPORT_IDLE_TIMEOUT_SECS", default_value_t = 60,
+    /// Seconds a connection may stay open with no request in flight before it is closed
+    /// (HTTP/1 connections are also held to --header-read-timeout-secs between requests).
+    #[arg(long, env = "TENSORPORT_IDLE_TIMEOUT_SECS", default_value_t = 60, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_secs: u64,
 
@@ -197,12 +199,13 @@ pub struct ServeArgs {
     #[arg(
         long,
         env = "TENSORPORT_HTTP2_KEEPALIVE_INTERVAL_SECS",
-        default_value_t = 30
+        default_value_t = 30,
+        value_name = "SECS"
     )]
     pub http2_keepalive_interval_secs: u64,
 
     /// Seconds an HTTP/2 keep-alive ping may go unanswered before the connection is closed.
-    #[arg(long, env = "TENSORPORT_HTTP2_KEEPALIVE_TIMEOUT_SECS", default_value_t = 20,
+    #[arg(long, env = "TENSORPORT_HTTP2_KEEPALIVE_TIMEOUT_SECS", default_value_t = 20, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub http2_keepalive_timeout_secs: u64,
 
