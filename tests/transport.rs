@@ -146,6 +146,89 @@ async fn trickling_bodies_hold_no_request_slots_and_are_cut_off() -> TestResult 
     Ok(())
 }
 
+/// A gRPC call with `message` as its one length-prefixed message, over a raw HTTP/2 client.
+fn grpc_request(server: &TestServer, method: &str) -> http::Request<()> {
+    http::Request::post(format!(
+        "{}/inference.GRPCInferenceService/{method}",
+        server.grpc_url
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .body(())
+    .expect("request")
+}
+
+fn grpc_frame(message: &impl prost::Message) -> bytes::Bytes {
+    let body = message.encode_to_vec();
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame.into()
+}
+
+/// The gRPC status of an answer: in its headers (an error), else in its trailers.
+async fn grpc_status(response: h2::client::ResponseFuture) -> String {
+    let response = tokio::time::timeout(HANG, response)
+        .await
+        .expect("answered")
+        .expect("response");
+    if let Some(status) = response.headers().get("grpc-status") {
+        return status.to_str().unwrap().to_owned();
+    }
+    let mut body = response.into_body();
+    while let Some(data) = body.data().await {
+        let data = data.expect("data");
+        body.flow_control().release_capacity(data.len()).ok();
+    }
+    let trailers = body.trailers().await.expect("trailers").expect("some");
+    trailers["grpc-status"].to_str().unwrap().to_owned()
+}
+
+/// The same over HTTP/2: gRPC calls whose message never finishes arriving. They share the
+/// connection with an ordinary call sent after them, which the server therefore takes up
+/// after them; before the fix they held the slots it needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickled_grpc_messages_hold_no_request_slots_and_are_cut_off() -> TestResult {
+    let slots = 2;
+    let server = start(
+        TransportSettings {
+            body_read_timeout: Duration::from_secs(1),
+            ..TransportSettings::default()
+        },
+        slots,
+    )
+    .await;
+    let tcp = TcpStream::connect(host(&server.grpc_url)).await?;
+    let (client, connection) = h2::client::handshake(tcp).await?;
+    tokio::spawn(connection);
+    let mut client = client.ready().await?;
+    let mut trickling = Vec::new();
+    for _ in 0..slots * 2 {
+        let (response, mut send) =
+            client.send_request(grpc_request(&server, "ModelInfer"), false)?;
+        // A message header announcing 100 bytes, and then nothing.
+        send.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 100]), false)?;
+        trickling.push((response, send));
+        client = client.ready().await?;
+    }
+    let metadata = ModelMetadataRequest {
+        name: "ranker".into(),
+        version: String::new(),
+    };
+    let (response, mut send) =
+        client.send_request(grpc_request(&server, "ModelMetadata"), false)?;
+    send.send_data(grpc_frame(&metadata), true)?;
+    assert_eq!(grpc_status(response).await, "0");
+
+    for (response, _send) in trickling {
+        // DEADLINE_EXCEEDED: the message did not arrive within the body-read timeout.
+        assert_eq!(grpc_status(response).await, "4");
+    }
+    metadata_over_grpc(&server).await?;
+    server.stop().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_cap_wait_until_others_close() -> TestResult {
     let cap = 4;
