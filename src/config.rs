@@ -16,6 +16,7 @@ use crate::batcher::BatchSettings;
 use crate::overload::{ApiKeys, ApiKeysError, OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
 use crate::shm::{ShmLimits, ShmPolicy};
+use crate::transport::{TlsFiles, TransportSettings};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -168,6 +169,73 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_SHUTDOWN_DELAY_MS", default_value_t = 0)]
     pub shutdown_delay_ms: u64,
 
+    /// TLS on the HTTP and gRPC ports: the server's certificate chain (PEM, leaf first).
+    #[arg(
+        long,
+        env = "TENSORPORT_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "TENSORPORT_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates issued by this CA (PEM) on the HTTP and gRPC ports (mTLS).
+    #[arg(
+        long,
+        env = "TENSORPORT_TLS_CLIENT_CA",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Open connections on the HTTP and gRPC ports together; beyond it, new connections wait
+    /// in the listen backlog. Default: the descriptor limit less a reserve for model files
+    /// and shared-memory regions (a quarter, at least 512, at most half), at most 65536.
+    #[arg(long, env = "TENSORPORT_MAX_CONNECTIONS", value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
+
+    /// Seconds a client has to finish its TLS handshake, and over HTTP/1 to send a request
+    /// head (on a kept-alive connection, counted from the previous answer).
+    #[arg(long, env = "TENSORPORT_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_read_timeout_secs: u64,
+
+    /// Seconds a client has to send a request body once its head has arrived; slower
+    /// requests are answered 408 / DEADLINE_EXCEEDED. Bodies are read before a request takes
+    /// one of --max-concurrent-requests.
+    #[arg(long, env = "TENSORPORT_BODY_READ_TIMEOUT_SECS", default_value_t = 60, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub body_read_timeout_secs: u64,
+
+    /// Seconds a connection may stay open with no request in flight before it is closed
+    /// (HTTP/1 connections are also held to --header-read-timeout-secs between requests).
+    #[arg(long, env = "TENSORPORT_IDLE_TIMEOUT_SECS", default_value_t = 60, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub idle_timeout_secs: u64,
+
+    /// Seconds between HTTP/2 keep-alive pings on an open connection (0: none).
+    #[arg(
+        long,
+        env = "TENSORPORT_HTTP2_KEEPALIVE_INTERVAL_SECS",
+        default_value_t = 30,
+        value_name = "SECS"
+    )]
+    pub http2_keepalive_interval_secs: u64,
+
+    /// Seconds an HTTP/2 keep-alive ping may go unanswered before the connection is closed.
+    #[arg(long, env = "TENSORPORT_HTTP2_KEEPALIVE_TIMEOUT_SECS", default_value_t = 20, value_name = "SECS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http2_keepalive_timeout_secs: u64,
+
     /// Also serve /metrics and the health probes on this port (0 picks a free one).
     #[arg(long, env = "TENSORPORT_METRICS_PORT")]
     pub metrics_port: Option<u16>,
@@ -254,7 +322,32 @@ impl ServeArgs {
             drain: Duration::from_secs(self.drain_secs),
             // Read from --auth-token-file by `main`, which can report a bad file.
             auth: crate::auth::Access::open(),
+            transport: self.transport_settings(),
         })
+    }
+
+    /// TLS, the connection cap and the connection timeouts.
+    fn transport_settings(&self) -> TransportSettings {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            }),
+            _ => None,
+        };
+        TransportSettings {
+            tls,
+            max_connections: self
+                .max_connections
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
+            body_read_timeout: Duration::from_secs(self.body_read_timeout_secs),
+            idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            http2_keepalive_interval: (self.http2_keepalive_interval_secs > 0)
+                .then(|| Duration::from_secs(self.http2_keepalive_interval_secs)),
+            http2_keepalive_timeout: Duration::from_secs(self.http2_keepalive_timeout_secs),
+        }
     }
 
     /// The server-wide batching defaults these flags describe.
@@ -450,6 +543,65 @@ mod tests {
         ]));
         let message = err.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(message.contains("--rate-limit-keys-file"), "{message}");
+    }
+
+    #[test]
+    fn transport_flags_build_the_settings() -> Result<(), ConfigError> {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_string_lossy();
+        let defaults = serve(Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-dir",
+            &dir,
+        ]))?)
+        .server_options()?
+        .transport;
+        assert_eq!(defaults.tls, None);
+        assert_eq!(defaults.max_connections, None);
+        assert_eq!(defaults.body_read_timeout, Duration::from_secs(60));
+        let cli = Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-dir",
+            &dir,
+            "--tls-cert",
+            "server.pem",
+            "--tls-key",
+            "server.key",
+            "--tls-client-ca",
+            "ca.pem",
+            "--max-connections",
+            "100",
+            "--idle-timeout-secs",
+            "5",
+            "--http2-keepalive-interval-secs",
+            "0",
+        ]))?;
+        let transport = serve(cli).server_options()?.transport;
+        let tls = transport.tls.expect("TLS on");
+        assert_eq!(tls.cert, PathBuf::from("server.pem"));
+        assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(transport.max_connections, Some(100));
+        assert_eq!(transport.idle_timeout, Duration::from_secs(5));
+        assert_eq!(transport.http2_keepalive_interval, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_certificate_without_its_key_is_refused() {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_string_lossy();
+        let err = Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-dir",
+            &dir,
+            "--tls-cert",
+            "server.pem",
+        ]));
+        let message = err.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(message.contains("--tls-key"), "{message}");
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! - [`request`]: what travels with a request besides its body (id, protocol, deadline).
 //! - [`metrics`]: every Prometheus metric, built once and passed in.
 //! - [`server`]: binds nothing itself; takes listeners and a shutdown future, and drains.
+//! - [`transport`]: accepting, TLS and the connection limits of every port.
 
 pub mod api;
 pub mod auth;
@@ -41,6 +42,7 @@ pub mod shm;
 pub mod stats;
 pub mod tensor;
 pub mod textproto;
+pub mod transport;
 
 pub use error::{Error, ErrorKind};
 pub use server::{run, Listeners, ServerOptions};

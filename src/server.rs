@@ -7,15 +7,15 @@
 //! requests in flight, and those queued behind them in the batchers, finish (up to `drain`);
 //! then [`run`] returns `Ok` and the process exits 0.
 
-use std::future::{Future, IntoFuture};
-use std::net::SocketAddr;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::{Extension, Router};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
+use tower::Layer;
 
 use crate::api::health::Health;
 use crate::api::rest_util::RestError;
@@ -28,14 +28,11 @@ use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService
 use crate::proto::tensorflow::serving::{
     model_service_server::ModelServiceServer, prediction_service_server::PredictionServiceServer,
 };
+use crate::transport::tls::Tls;
+use crate::transport::{self, limits, Endpoint, Grpc, Http, TransportSettings, Wire};
 
 /// How often the gRPC health statuses are brought in line with model state.
 const HEALTH_REFRESH: Duration = Duration::from_secs(1);
-
-/// HTTP/2 flow-control windows for gRPC: per stream, and per connection (several requests in
-/// flight on one connection).
-const GRPC_STREAM_WINDOW: u32 = 4 << 20;
-const GRPC_CONNECTION_WINDOW: u32 = 16 << 20;
 
 /// The bound sockets the server answers on.
 pub struct Listeners {
@@ -58,6 +55,8 @@ pub struct ServerOptions {
     pub drain: Duration,
     /// Which API groups each token may use (`--auth-token-file`); open by default.
     pub auth: Access,
+    /// TLS, the connection cap and the connection timeouts.
+    pub transport: TransportSettings,
 }
 
 impl Default for ServerOptions {
@@ -68,6 +67,7 @@ impl Default for ServerOptions {
             shutdown_delay: Duration::ZERO,
             drain: Duration::from_secs(30),
             auth: Access::open(),
+            transport: TransportSettings::default(),
         }
     }
 }
@@ -75,10 +75,8 @@ impl Default for ServerOptions {
 /// Why a server stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("gRPC server failed: {0}")]
-    Grpc(#[from] tonic::transport::Error),
-    #[error("HTTP server failed: {0}")]
-    Http(#[from] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] transport::TlsError),
 }
 
 /// Every route of the HTTP port. Add routes here (or in the protocol modules) through
@@ -132,6 +130,33 @@ fn metrics_app(infer: Arc<InferService>, health: &Arc<Health>, auth: &Access) ->
         .layer(AuthLayer::<axum::body::Body>::new(auth.clone()))
 }
 
+/// Every gRPC service, each refusing messages over `limit` bytes.
+fn grpc_routes(
+    infer: &Arc<InferService>,
+    health: &Arc<Health>,
+    limit: usize,
+) -> tonic::service::Routes {
+    let tf = tfserving::grpc::TfServingGrpc::new(infer.clone());
+    let kserve_grpc = kserve::grpc::KserveGrpc::new(infer.clone(), health.clone());
+    tonic::service::Routes::new(health.grpc_service())
+        .add_service(
+            PredictionServiceServer::new(tf.clone())
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(usize::MAX),
+        )
+        .add_service(
+            ModelServiceServer::new(tf)
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(usize::MAX),
+        )
+        .add_service(
+            GrpcInferenceServiceServer::new(kserve_grpc)
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(usize::MAX),
+        )
+        .prepare()
+}
+
 /// Serves until `shutdown` resolves, then drains as the module documentation says.
 pub async fn run(
     infer: Arc<InferService>,
@@ -153,58 +178,70 @@ pub async fn run(
         async move { overload.prune_rate_limiter(stopped).await }
     });
 
-    let tf = tfserving::grpc::TfServingGrpc::new(infer.clone());
-    let kserve_grpc = kserve::grpc::KserveGrpc::new(infer.clone(), health.clone());
-    let limit = options.max_request_bytes;
-    let grpc = tonic::transport::Server::builder()
-        // HTTP/2's default 64 KiB windows make a client wait for a window update every 64 KiB
-        // of a large request; windows of a few MiB let a tensor arrive in one flight.
-        .initial_stream_window_size(GRPC_STREAM_WINDOW)
-        .initial_connection_window_size(GRPC_CONNECTION_WINDOW)
-        .layer(overload.layer::<tonic::body::Body>())
-        // Inside the overload stack, as on the HTTP port (a later layer is an inner one).
-        .layer(AuthLayer::<tonic::body::Body>::new(options.auth.clone()))
-        .add_service(health.grpc_service())
-        .add_service(
-            PredictionServiceServer::new(tf.clone())
-                .max_decoding_message_size(limit)
-                .max_encoding_message_size(usize::MAX),
+    let tls = options.transport.tls.as_ref().map(Tls::load).transpose()?;
+    // Read now rather than when the flags were parsed: the limit may have been raised since.
+    let max_connections = options
+        .transport
+        .max_connections
+        .unwrap_or_else(|| limits::default_max_connections(limits::descriptor_limit()));
+    tracing::info!(
+        max_connections,
+        tls = tls.is_some(),
+        client_certificates = options
+            .transport
+            .tls
+            .as_ref()
+            .is_some_and(|tls| tls.client_ca.is_some()),
+        "connection limits"
+    );
+    let settings = Arc::new(options.transport.clone());
+    // One cap for the HTTP and gRPC ports together: they draw on the same descriptors.
+    let connections = Arc::new(Semaphore::new(max_connections));
+    let endpoint = |alpn: &[&[u8]]| {
+        Endpoint::new(
+            tls.as_ref().map(|tls| tls.acceptor(alpn)),
+            connections.clone(),
+            settings.clone(),
+            options.max_request_bytes,
         )
-        .add_service(
-            ModelServiceServer::new(tf)
-                .max_decoding_message_size(limit)
-                .max_encoding_message_size(usize::MAX),
-        )
-        .add_service(
-            GrpcInferenceServiceServer::new(kserve_grpc)
-                .max_decoding_message_size(limit)
-                .max_encoding_message_size(usize::MAX),
-        )
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listeners.grpc).with_nodelay(Some(true)),
-            stopped(stop_rx.clone()),
-        );
-    let app = rest_app(infer.clone(), &health, &overload, &options)
-        .into_make_service_with_connect_info::<SocketAddr>();
-    let rest = axum::serve(listeners.rest, app)
-        .with_graceful_shutdown(stopped(stop_rx.clone()))
-        .into_future();
+    };
+
+    // Auth inside the overload stack, as on the HTTP port.
+    let grpc_app = overload.layer::<tonic::body::Body>().layer(
+        AuthLayer::<tonic::body::Body>::new(options.auth.clone()).layer(grpc_routes(
+            &infer,
+            &health,
+            options.max_request_bytes,
+        )),
+    );
+    let grpc = transport::serve::<Grpc, _>(
+        listeners.grpc,
+        grpc_app,
+        endpoint(Grpc::ALPN),
+        stop_rx.clone(),
+    );
+    let rest = transport::serve::<Http, _>(
+        listeners.rest,
+        rest_app(infer.clone(), &health, &overload, &options),
+        endpoint(Http::ALPN),
+        stop_rx.clone(),
+    );
     let metrics = async {
-        match listeners.metrics {
-            Some(listener) => {
-                let app = metrics_app(infer.clone(), &health, &options.auth);
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped(stop_rx.clone()))
-                    .await
-            }
-            None => Ok(()),
+        if let Some(listener) = listeners.metrics {
+            // Plain HTTP and a cap of its own: probes and scrapers get through whatever
+            // happens on the other ports.
+            let endpoint = Endpoint::new(
+                None,
+                Arc::new(Semaphore::new(transport::METRICS_MAX_CONNECTIONS)),
+                settings.clone(),
+                options.max_request_bytes,
+            );
+            let app = metrics_app(infer.clone(), &health, &options.auth);
+            transport::serve::<Http, _>(listener, app, endpoint, stop_rx.clone()).await;
         }
     };
     let servers = async {
-        let (grpc, rest, metrics) = tokio::join!(grpc, rest, metrics);
-        grpc?;
-        rest?;
-        metrics?;
+        tokio::join!(grpc, rest, metrics);
         Ok::<(), ServerError>(())
     };
     tokio::pin!(servers);

@@ -81,9 +81,12 @@ def link_models(model_dir: Path, bases=(EXAMPLE_MODELS, TEST_MODELS)) -> Path:
 
 
 def start_server(model_dir: Path, log_path: Path, extra_args: list[str] | None = None,
-                 host: str = "127.0.0.1", prefix: list[str] | None = None) -> Server:
+                 host: str = "127.0.0.1", prefix: list[str] | None = None,
+                 preexec_fn=None) -> Server:
     """Starts the binary serving `model_dir` and waits until it listens. `prefix` is a command
-    that execs the rest (e.g. `prlimit ... --`), so the process is still the server's."""
+    that execs the rest (e.g. `prlimit ... --`), so the process is still the server's;
+    `preexec_fn` runs in the child before the binary starts (to lower its descriptor limit,
+    say)."""
     binary = server_binary()
     if not binary.exists():
         raise ServerStartError(f"server binary {binary} not found: build it (cargo build) or set TENSORPORT_BIN")
@@ -91,7 +94,7 @@ def start_server(model_dir: Path, log_path: Path, extra_args: list[str] | None =
            "--grpc-port", "0", "--rest-port", "0", *(extra_args or [])]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                env=dict(os.environ), cwd=REPO)
+                                env=dict(os.environ), cwd=REPO, preexec_fn=preexec_fn)
 
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     match = None

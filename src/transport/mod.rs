@@ -1,0 +1,125 @@
+//! The connection side of every port: accepting, TLS, HTTP/1 and HTTP/2, and the limits that
+//! keep a slow, idle or hostile client from holding what others need.
+//!
+//! - [`accept`]: the accept loop. A connection is accepted only once a slot of the
+//!   connection cap is free (beyond it, clients wait in the kernel's backlog), and accept
+//!   errors such as running out of descriptors are retried after a growing pause, never in a
+//!   hot loop.
+//! - [`tls`]: rustls, from PEM files; client certificates required when a CA is given.
+//! - [`connection`]: one connection, served by hyper with timers: the TLS handshake and the
+//!   request head must arrive within the header-read timeout, a connection with no request in
+//!   flight for the idle timeout is closed, HTTP/2 connections are pinged.
+//! - [`body`]: a request's body is read in full (within the body-read timeout) *before* the
+//!   request reaches the overload stack. A client that trickles its body therefore holds a
+//!   connection, which the cap bounds and the timeout ends, but never one of the
+//!   `--max-concurrent-requests` slots that the other clients need.
+//! - [`limits`]: the default connection cap, from the process's descriptor limit.
+//!
+//! The library still takes bound listeners and a stop signal: [`serve`] accepts until the
+//! signal, then asks every open connection to finish what it is doing and close, and returns
+//! when the last one has.
+
+mod accept;
+mod body;
+mod connection;
+pub mod limits;
+pub mod tls;
+mod wire;
+
+pub use accept::Backoff;
+pub use body::Received;
+pub use tls::{Tls, TlsError, TlsFiles};
+pub use wire::{Grpc, Http, Wire};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
+
+/// The connection settings, as the command line gives them.
+#[derive(Debug, Clone)]
+pub struct TransportSettings {
+    /// `None`: plain TCP.
+    pub tls: Option<TlsFiles>,
+    /// Open connections on the HTTP and gRPC ports together; `None`: derived from the
+    /// descriptor limit when the server starts (see [`limits::default_max_connections`]).
+    pub max_connections: Option<usize>,
+    /// From accepting a connection to the end of its TLS handshake, and from the first byte
+    /// of an HTTP/1 request head to its end.
+    pub header_read_timeout: Duration,
+    /// From a request's head to the end of its body.
+    pub body_read_timeout: Duration,
+    /// How long a connection may stay open with no request in flight.
+    pub idle_timeout: Duration,
+    /// How often an HTTP/2 connection is pinged; `None`: never.
+    pub http2_keepalive_interval: Option<Duration>,
+    /// How long a ping may go unanswered before the connection is closed.
+    pub http2_keepalive_timeout: Duration,
+}
+
+impl Default for TransportSettings {
+    fn default() -> Self {
+        Self {
+            tls: None,
+            max_connections: None,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            http2_keepalive_interval: Some(Duration::from_secs(30)),
+            http2_keepalive_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Connections the `--metrics-port` listener may hold, apart from the main cap, so that a
+/// flood on the other ports never locks out the probes and the scraper. Taken from the
+/// descriptors [`limits`] keeps in reserve.
+pub const METRICS_MAX_CONNECTIONS: usize = 64;
+
+/// How one listener serves: its TLS, its share of the connection cap, its timeouts.
+#[derive(Clone)]
+pub struct Endpoint {
+    tls: Option<TlsAcceptor>,
+    connections: Arc<Semaphore>,
+    settings: Arc<TransportSettings>,
+    /// Bodies larger than this are not buffered; the application refuses them.
+    max_body_bytes: usize,
+}
+
+impl Endpoint {
+    /// `connections` may be shared with other endpoints, so that they share one cap.
+    pub fn new(
+        tls: Option<TlsAcceptor>,
+        connections: Arc<Semaphore>,
+        settings: Arc<TransportSettings>,
+        max_body_bytes: usize,
+    ) -> Self {
+        Self {
+            tls,
+            connections,
+            settings,
+            max_body_bytes,
+        }
+    }
+}
+
+/// Serves `app` on `listener` until `stop` turns true, then lets open connections finish
+/// their requests and close, and returns once the last one has.
+pub async fn serve<W, S>(
+    listener: TcpListener,
+    app: S,
+    endpoint: Endpoint,
+    stop: watch::Receiver<bool>,
+) where
+    W: Wire,
+    S: connection::App<W>,
+{
+    accept::run::<W, S>(listener, app, endpoint, stop).await;
+}
+
+/// Resolves once `stop` turns true (or its sender is gone, which also means stop).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
