@@ -207,6 +207,7 @@ def test_truncated_while_queued_fails_that_request_only(server, objects):
     assert other.status_code == 200, other.text
     assert other.json()["outputs"][0]["data"] == [float(v) for v in ROW * 2]
     assert_error(first["resp"], 400, "victim", "truncated", "register it again")
+    assert "faulted while a request used it" in server.log()
     # The region stays refused until registered again.
     obj.truncate(4096)
     obj.write(0, ROW.tobytes())
