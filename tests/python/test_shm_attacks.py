@@ -161,6 +161,12 @@ def queue_depth(base: str, model: str) -> float:
     return sum(v for labels, v in samples.items() if f'model="{model}"' in labels)
 
 
+def runs_started(base: str, model: str) -> float:
+    """Requests of `model` that left its queue to run (each observes its queue wait then)."""
+    samples = metric_samples(metrics_text(base), "tensorport_queue_wait_seconds_count")
+    return sum(v for labels, v in samples.items() if f'model="{model}"' in labels)
+
+
 def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
     """Polls a state of the server (not a time): fails only if it never comes."""
     deadline = time.monotonic() + limit_s
@@ -217,6 +223,45 @@ def test_truncated_while_queued_fails_that_request_only(server, objects):
     resp = infer_shm_input(base, "victim")
     assert resp.status_code == 200, resp.text
     assert resp.json()["outputs"][0]["data"] == [float(v) for v in ROW]
+    assert_serving(server)
+
+
+def spin_request(base: str, rounds: int, x: dict, timeout=120):
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [4], **x},
+                       {"name": "rounds", "datatype": "INT64", "shape": [1], "data": [rounds]}]}
+    return requests.post(f"{base}/v2/models/spin/infer", json=body, timeout=timeout)
+
+
+def test_truncated_while_queued_without_batching_fails_in_the_runtime(server, objects):
+    """Batching off: `spin` runs one request at a time and reads `x` only after its loop. A
+    holder request keeps the model busy; the victim, its input in shared memory, passes its
+    checks and queues; the owner truncates the object; when the victim runs, ONNX Runtime
+    reads the input in place, on its own thread, and faults."""
+    obj = objects(4096)
+    obj.write(0, ROW.tobytes())
+    base = server.rest_url
+    assert register(base, "victim", obj.key, 4096).status_code == 200
+    holder: dict = {}
+    victim: dict = {}
+    hold = threading.Thread(target=lambda: holder.update(resp=spin_request(
+        base, 300_000, {"data": [0.0] * 4})))
+    started = runs_started(base, "spin")
+    hold.start()
+    wait_for(lambda: runs_started(base, "spin") > started, "the holder running")
+    run = threading.Thread(target=lambda: victim.update(resp=spin_request(
+        base, 1, {"parameters": shm_params("victim", 16)})))
+    run.start()
+    wait_for(lambda: queue_depth(base, "spin") == 1 or "resp" in victim,
+             "the victim queued behind the holder")
+    if "resp" in victim:
+        # Only on a machine so slow that 300,000 rounds ended before one request queued.
+        hold.join(timeout=120)
+        pytest.skip("the holder finished before the victim queued; nothing to truncate under")
+    obj.truncate(0)
+    hold.join(timeout=120)
+    run.join(timeout=120)
+    assert holder["resp"].status_code == 200, holder["resp"].text
+    assert_error(victim["resp"], 400, "victim", "truncated", "register it again")
     assert_serving(server)
 
 
