@@ -6,14 +6,14 @@ names, and registering until limits or file descriptors run out.
 After every attack the attacker has an error that says what was wrong, nothing of another
 client's region leaked, and the server is alive and answers a normal request.
 
-Objects are made with os/mmap directly (not tritonclient's helper) so that a test can place
+Objects are made with os calls directly (not tritonclient's helper) so that a test can place
 them in another mount namespace's /dev/shm, truncate them, or replace them with links.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -274,6 +274,8 @@ def small_tmpfs_prefix() -> list[str]:
 
 
 def can_mount_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
     probe = subprocess.run([*small_tmpfs_prefix(), "true"], capture_output=True, check=False)
     return probe.returncode == 0
 
@@ -400,10 +402,22 @@ def test_remote_peer_sees_nothing_under_shm_local(tmp_path, objects):
         srv.stop()
 
 
+def dual_stack() -> bool:
+    """Whether a socket bound to :: also takes IPv4 connections here."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            probe.bind(("::", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not dual_stack(), reason="no dual-stack IPv6 socket on this machine")
 def test_ipv4_mapped_loopback_is_local(tmp_path, objects):
     """A dual-stack listener sees an IPv4 client as ::ffff:127.0.0.1: still this machine."""
-    if not socket.has_ipv6:
-        pytest.skip("no IPv6")
     srv = serve(tmp_path, host="::")
     try:
         base = url(srv, "127.0.0.1")
@@ -464,6 +478,7 @@ def open_descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
 def test_registration_never_takes_the_descriptor_reserve(tmp_path, objects):
     """Under a 400-descriptor hard limit (soft 300, which the server raises), registering
     stops with a clear error while at least 256 descriptors stay free, and new connections
