@@ -218,3 +218,62 @@ fn chain(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    /// Set in the child process that must die.
+    const CHILD: &str = "TENSORPORT_TEST_UNGUARDED_SIGBUS";
+
+    /// A SIGBUS at an address no region holds is not ours to absorb: with the handler
+    /// installed, a fault in an unregistered mapping still ends the process by SIGBUS. The
+    /// fault runs in a child (this test binary again, this test only).
+    #[test]
+    fn a_fault_outside_every_region_still_kills() {
+        if std::env::var_os(CHILD).is_some() {
+            fault_outside_regions();
+            return;
+        }
+        let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "shm::guard::tests::a_fault_outside_every_region_still_kills",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run the child");
+        assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+    }
+
+    fn fault_outside_regions() {
+        super::install().expect("install the handler");
+        let file = tempfile_in_dev_shm();
+        file.set_len(4096).expect("size");
+        let map = memmap2::MmapOptions::new()
+            .len(4096)
+            .map_raw(&file)
+            .expect("map");
+        file.set_len(0).expect("truncate");
+        // SAFETY: deliberately reads a page past the end of the file: the fault under test.
+        let byte = unsafe { std::ptr::read_volatile(map.as_ptr()) };
+        // Not reached: the fault ends the process.
+        std::process::exit(i32::from(byte) + 10);
+    }
+
+    fn tempfile_in_dev_shm() -> std::fs::File {
+        let path = format!("/dev/shm/tensorport-test-unguarded-{}", std::process::id());
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("create");
+        let _ = std::fs::remove_file(&path);
+        file
+    }
+}

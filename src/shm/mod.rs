@@ -1,5 +1,14 @@
 //! Triton's system shared-memory extension: clients register POSIX shared-memory objects by
 //! name, then pass tensors by naming a region, an offset and a byte size.
+//!
+//! The memory stays the client's, so nothing here trusts it:
+//! - `region` opens an object relative to `/dev/shm` without following links, accepts only
+//!   regular files, maps it, and bounds-checks every view against the region and the object;
+//! - `guard` survives the faults a check cannot prevent (the object truncated, or its pages
+//!   impossible to allocate, after the check): the region is poisoned, not the process;
+//! - `registry` validates names, confines every operation to the peer's class under
+//!   `--shm local`, and enforces `--shm-max-regions` and `--shm-max-bytes`;
+//! - `limits` keeps registration from taking the descriptors connections need.
 
 mod guard;
 mod limits;

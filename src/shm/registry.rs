@@ -184,12 +184,15 @@ impl ShmRegistry {
             if regions.contains_key(name) {
                 return Err(ShmError::AlreadyExists(name.to_owned()));
             }
-            self.check_limits(&regions, byte_size)?;
+            if regions.len() >= self.limits.max_regions {
+                return Err(ShmError::TooManyRegions(self.limits.max_regions));
+            }
         }
         // Each region keeps a descriptor open; connections and model files need theirs.
         limits::check_descriptor_reserve()?;
-        // Mapping happens outside the lock; a racing registration of the same name, or one
-        // that took the last of a limit, wins below.
+        // Mapping happens outside the lock (and first: a size the object cannot hold is a bad
+        // request before it is a limit); a racing registration of the same name, or one that
+        // took the last of a limit, wins below.
         let region = Arc::new(Region::open(name, key, offset, byte_size, peer.class())?);
         let mut regions = self.regions();
         if regions.contains_key(name) {

@@ -6,14 +6,14 @@ names, and registering until limits or file descriptors run out.
 After every attack the attacker has an error that says what was wrong, nothing of another
 client's region leaked, and the server is alive and answers a normal request.
 
-Objects are made with os/mmap directly (not tritonclient's helper) so that a test can place
+Objects are made with os calls directly (not tritonclient's helper) so that a test can place
 them in another mount namespace's /dev/shm, truncate them, or replace them with links.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -161,6 +161,12 @@ def queue_depth(base: str, model: str) -> float:
     return sum(v for labels, v in samples.items() if f'model="{model}"' in labels)
 
 
+def runs_started(base: str, model: str) -> float:
+    """Requests of `model` that left its queue to run (each observes its queue wait then)."""
+    samples = metric_samples(metrics_text(base), "tensorport_queue_wait_seconds_count")
+    return sum(v for labels, v in samples.items() if f'model="{model}"' in labels)
+
+
 def wait_for(condition, what: str, limit_s: float = 60.0) -> None:
     """Polls a state of the server (not a time): fails only if it never comes."""
     deadline = time.monotonic() + limit_s
@@ -207,6 +213,7 @@ def test_truncated_while_queued_fails_that_request_only(server, objects):
     assert other.status_code == 200, other.text
     assert other.json()["outputs"][0]["data"] == [float(v) for v in ROW * 2]
     assert_error(first["resp"], 400, "victim", "truncated", "register it again")
+    assert "faulted while a request used it" in server.log()
     # The region stays refused until registered again.
     obj.truncate(4096)
     obj.write(0, ROW.tobytes())
@@ -219,6 +226,45 @@ def test_truncated_while_queued_fails_that_request_only(server, objects):
     assert_serving(server)
 
 
+def spin_request(base: str, rounds: int, x: dict, timeout=120):
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [4], **x},
+                       {"name": "rounds", "datatype": "INT64", "shape": [1], "data": [rounds]}]}
+    return requests.post(f"{base}/v2/models/spin/infer", json=body, timeout=timeout)
+
+
+def test_truncated_while_queued_without_batching_fails_in_the_runtime(server, objects):
+    """Batching off: `spin` runs one request at a time and reads `x` only after its loop. A
+    holder request keeps the model busy; the victim, its input in shared memory, passes its
+    checks and queues; the owner truncates the object; when the victim runs, ONNX Runtime
+    reads the input in place, on its own thread, and faults."""
+    obj = objects(4096)
+    obj.write(0, ROW.tobytes())
+    base = server.rest_url
+    assert register(base, "victim", obj.key, 4096).status_code == 200
+    holder: dict = {}
+    victim: dict = {}
+    hold = threading.Thread(target=lambda: holder.update(resp=spin_request(
+        base, 300_000, {"data": [0.0] * 4})))
+    started = runs_started(base, "spin")
+    hold.start()
+    wait_for(lambda: runs_started(base, "spin") > started, "the holder running")
+    run = threading.Thread(target=lambda: victim.update(resp=spin_request(
+        base, 1, {"parameters": shm_params("victim", 16)})))
+    run.start()
+    wait_for(lambda: queue_depth(base, "spin") == 1 or "resp" in victim,
+             "the victim queued behind the holder")
+    if "resp" in victim:
+        # Only on a machine so slow that 300,000 rounds ended before one request queued.
+        hold.join(timeout=120)
+        pytest.skip("the holder finished before the victim queued; nothing to truncate under")
+    obj.truncate(0)
+    hold.join(timeout=120)
+    run.join(timeout=120)
+    assert holder["resp"].status_code == 200, holder["resp"].text
+    assert_error(victim["resp"], 400, "victim", "truncated", "register it again")
+    assert_serving(server)
+
+
 # ---------------------------------------------------------------- 2. pages that cannot be backed
 
 def small_tmpfs_prefix() -> list[str]:
@@ -228,6 +274,8 @@ def small_tmpfs_prefix() -> list[str]:
 
 
 def can_mount_tmpfs() -> bool:
+    if shutil.which("unshare") is None:
+        return False
     probe = subprocess.run([*small_tmpfs_prefix(), "true"], capture_output=True, check=False)
     return probe.returncode == 0
 
@@ -354,10 +402,22 @@ def test_remote_peer_sees_nothing_under_shm_local(tmp_path, objects):
         srv.stop()
 
 
+def dual_stack() -> bool:
+    """Whether a socket bound to :: also takes IPv4 connections here."""
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            probe.bind(("::", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not dual_stack(), reason="no dual-stack IPv6 socket on this machine")
 def test_ipv4_mapped_loopback_is_local(tmp_path, objects):
     """A dual-stack listener sees an IPv4 client as ::ffff:127.0.0.1: still this machine."""
-    if not socket.has_ipv6:
-        pytest.skip("no IPv6")
     srv = serve(tmp_path, host="::")
     try:
         base = url(srv, "127.0.0.1")
@@ -418,6 +478,7 @@ def open_descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
 def test_registration_never_takes_the_descriptor_reserve(tmp_path, objects):
     """Under a 400-descriptor hard limit (soft 300, which the server raises), registering
     stops with a clear error while at least 256 descriptors stay free, and new connections

@@ -258,8 +258,9 @@ async fn unload(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Repl
     Ok(ok().await)
 }
 
-/// The peer of an inference request: it decides which shared-memory regions the request may
-/// name. Without connection info (an in-process caller) the peer is unknown, hence remote.
+/// The peer of a request: it decides which shared-memory regions the request may register,
+/// see or name. Without connection info (an in-process caller) the peer is unknown, hence
+/// remote.
 type Connection = Option<Extension<ConnectInfo<SocketAddr>>>;
 
 fn connection_peer(connection: Connection) -> Peer {
@@ -619,16 +620,12 @@ fn peer(addr: SocketAddr) -> Peer {
     Peer::Ip(addr.ip())
 }
 
-async fn shm_status_all(State(s): Shared, ConnectInfo(addr): ConnectInfo<SocketAddr>) -> Reply {
-    shm_status_json(&s, None, peer(addr))
+async fn shm_status_all(State(s): Shared, connection: Connection) -> Reply {
+    shm_status_json(&s, None, connection_peer(connection))
 }
 
-async fn shm_status(
-    State(s): Shared,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
-    Path(region): Path<String>,
-) -> Reply {
-    shm_status_json(&s, Some(&region), peer(addr))
+async fn shm_status(State(s): Shared, connection: Connection, Path(region): Path<String>) -> Reply {
+    shm_status_json(&s, Some(&region), connection_peer(connection))
 }
 
 fn shm_status_json(s: &InferService, region: Option<&str>, peer: Peer) -> Reply {
@@ -644,7 +641,7 @@ fn shm_status_json(s: &InferService, region: Option<&str>, peer: Peer) -> Reply 
 
 async fn shm_register(
     State(s): Shared,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    connection: Connection,
     Path(region): Path<String>,
     body: Bytes,
 ) -> Reply {
@@ -663,24 +660,26 @@ async fn shm_register(
     };
     let (offset, byte_size) = (number("offset")?, number("byte_size")?);
     s.shm()
-        .register(&region, key, offset, byte_size, peer(addr))
+        .register(&region, key, offset, byte_size, connection_peer(connection))
         .map_err(Error::from)?;
     Ok(ok().await)
 }
 
 async fn shm_unregister(
     State(s): Shared,
-    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+    connection: Connection,
     Path(region): Path<String>,
 ) -> Reply {
     s.shm()
-        .unregister(Some(&region), peer(addr))
+        .unregister(Some(&region), connection_peer(connection))
         .map_err(Error::from)?;
     Ok(ok().await)
 }
 
-async fn shm_unregister_all(State(s): Shared, ConnectInfo(addr): ConnectInfo<SocketAddr>) -> Reply {
-    s.shm().unregister(None, peer(addr)).map_err(Error::from)?;
+async fn shm_unregister_all(State(s): Shared, connection: Connection) -> Reply {
+    s.shm()
+        .unregister(None, connection_peer(connection))
+        .map_err(Error::from)?;
     Ok(ok().await)
 }
 

@@ -300,7 +300,13 @@ pub async fn infer(
 /// Fails if a fault poisoned any region the request used.
 fn check_intact(used: &[Arc<Region>]) -> Result<(), Error> {
     for region in used {
-        region.check_intact()?;
+        if let Err(err) = region.check_intact() {
+            tracing::warn!(
+                region = %region.name,
+                "a shared-memory region faulted while a request used it (its object was truncated or ran out of pages); the request fails and the region must be registered again"
+            );
+            return Err(err.into());
+        }
     }
     Ok(())
 }
