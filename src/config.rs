@@ -605,6 +605,32 @@ mod tests {
     }
 
     #[test]
+    fn admin_flags_parse() -> Result<(), ConfigError> {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_string_lossy();
+        let cli = Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-dir",
+            &dir,
+            "--allow-model-paths",
+            "/srv/a,/srv/b",
+            "--auth-token-file",
+            "/etc/tensorport/tokens",
+        ]))?;
+        let serve = serve(cli);
+        assert_eq!(
+            serve.allow_model_paths,
+            vec![PathBuf::from("/srv/a"), PathBuf::from("/srv/b")]
+        );
+        assert_eq!(
+            serve.auth_token_file.as_deref(),
+            Some(Path::new("/etc/tensorport/tokens"))
+        );
+        Ok(())
+    }
+
+    #[test]
     fn bad_values_name_the_flag() {
         let err = Cli::parse_from_args(args(&["tensorport", "serve", "--grpc-port", "http"]));
         let message = err.err().map(|e| e.to_string()).unwrap_or_default();

@@ -17,7 +17,12 @@
 //!    `x-request-timeout-ms` header over HTTP) or the server's default. Innermost, so that only
 //!    admitted requests pay for a timer. The deadline also travels with the request (its
 //!    [`RequestContext`]) into the model's batcher, which drops expired work unrun.
-//! 6. **Body size** is enforced where the body is read: axum's `DefaultBodyLimit` and tonic's
+//! 6. **Authentication** ([`crate::auth`], `--auth-token-file`), added by [`crate::server`]
+//!    inside this stack, right in front of the routes: its 401 / 403 answers are observed
+//!    like any other, and probes, which bypass layers 3 to 5, still pass it. Being after the
+//!    limits costs little: the check answers at once, so a refused request holds a
+//!    concurrency slot only for that instant, and spends only its own client's rate.
+//! 7. **Body size** is enforced where the body is read: axum's `DefaultBodyLimit` and tonic's
 //!    `max_decoding_message_size`, both from `--max-request-bytes` (see [`crate::server`]).
 //!
 //! Below all of this, each model version's queue is bounded (`max_queue_size`); high-priority
