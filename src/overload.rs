@@ -25,6 +25,10 @@
 //! 7. **Body size** is enforced where the body is read: axum's `DefaultBodyLimit` and tonic's
 //!    `max_decoding_message_size`, both from `--max-request-bytes` (see [`crate::server`]).
 //!
+//! Above all of this, [`crate::transport`] reads each request's body in full (within the
+//! body-read timeout) before the request enters the stack, so that a client that sends slowly
+//! never holds a slot of layer 4.
+//!
 //! Below all of this, each model version's queue is bounded (`max_queue_size`); high-priority
 //! requests (KServe parameter `priority: 1`) may use a reserve past that bound and run first
 //! (see [`crate::batcher::BatchPolicy::admits`]).

@@ -5,7 +5,10 @@
 //! Shutdown, in order: readiness turns false (HTTP probes answer 503, gRPC health
 //! NOT_SERVING); after `shutdown_delay` the listeners close, so new connections are refused;
 //! requests in flight, and those queued behind them in the batchers, finish (up to `drain`);
-//! then [`run`] returns `Ok` and the process exits 0.
+//! then [`run`] returns `Ok` and the process exits 0. Idle connections are closed at once.
+//!
+//! Accepting and serving connections (TLS, the connection cap, the timeouts) is
+//! [`crate::transport`]'s; this module decides what each port serves.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -164,6 +167,8 @@ pub async fn run(
     options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    // Before anything starts: a certificate that cannot be read stops the server here.
+    let tls = options.transport.tls.as_ref().map(Tls::load).transpose()?;
     let health = Arc::new(Health::new(infer.clone()));
     health.publish().await;
     let overload = Arc::new(Overload::new(&options.overload, infer.shared_metrics()));
@@ -178,7 +183,6 @@ pub async fn run(
         async move { overload.prune_rate_limiter(stopped).await }
     });
 
-    let tls = options.transport.tls.as_ref().map(Tls::load).transpose()?;
     // Read now rather than when the flags were parsed: the limit may have been raised since.
     let max_connections = options
         .transport
@@ -247,7 +251,8 @@ pub async fn run(
     tokio::pin!(servers);
 
     tokio::select! {
-        // A server that ends on its own has failed; there is nothing to drain.
+        // The servers end only once stopped; should they end before, there is nothing to
+        // drain.
         result = &mut servers => return result,
         () = shutdown => {}
     }

@@ -1,10 +1,10 @@
 //! The connection side of every port: accepting, TLS, HTTP/1 and HTTP/2, and the limits that
 //! keep a slow, idle or hostile client from holding what others need.
 //!
-//! - [`accept`]: the accept loop. A connection is accepted only once a slot of the
-//!   connection cap is free (beyond it, clients wait in the kernel's backlog), and accept
-//!   errors such as running out of descriptors are retried after a growing pause, never in a
-//!   hot loop.
+//! - [`accept`]: the accept loop. A connection is served only once a slot of the connection
+//!   cap is free, and until then its listener accepts no more (later clients wait in the
+//!   kernel's backlog); accept errors such as running out of descriptors are retried after a
+//!   growing pause, never in a hot loop.
 //! - [`tls`]: rustls, from PEM files; client certificates required when a CA is given.
 //! - [`connection`]: one connection, served by hyper with timers: the TLS handshake and the
 //!   request head must arrive within the header-read timeout, a connection with no request in

@@ -1,7 +1,8 @@
 """More connections than the server has descriptors for, against the real binary started with
 a low descriptor limit: the default connection cap keeps it serving, the metrics port stays
 reachable, and when the limit is hit anyway (a cap set above it) accepting pauses and resumes
-instead of failing for good."""
+instead of failing for good. And more clients trickling a body than there are request slots,
+with the other clients still served."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import resource
 import socket
 import time
 
+import grpc
 import pytest
 import requests
+from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
 from tensorport_server import EXAMPLE_MODELS, ServerStartError, link_models, start_server
 
@@ -99,6 +102,47 @@ def test_running_out_of_descriptors_pauses_accepting_and_recovers(tmp_path):
             close_all(sockets)
         # The accept loop paused on EMFILE rather than spinning, and came back.
         assert requests.get(f"{srv.rest_url}/v2/models/ranker", timeout=30).status_code == 200
+        assert srv.process.poll() is None
+    finally:
+        srv.stop()
+
+
+def test_520_trickling_bodies_leave_both_ports_serving(tmp_path):
+    """The attack as reported: more clients trickling a body than --max-concurrent-requests
+    (512). They hold connections, not request slots, and are cut off after the timeout."""
+    (tmp_path / "models").mkdir()
+    model_dir = link_models(tmp_path / "models", bases=(EXAMPLE_MODELS,))
+    try:
+        srv = start_server(model_dir, tmp_path / "tensorport.log",
+                           ["--body-read-timeout-secs", "2"])
+    except ServerStartError as err:
+        pytest.fail(str(err), pytrace=False)
+    try:
+        host, port = srv.rest_url.removeprefix("http://").rsplit(":", 1)
+        tricklers = []
+        for _ in range(520):
+            conn = socket.create_connection((host, int(port)), timeout=60)
+            conn.sendall(b"POST /v2/models/ranker/infer HTTP/1.1\r\nhost: x\r\n"
+                         b"content-type: application/json\r\ncontent-length: 1000\r\n"
+                         b"expect: 100-continue\r\n\r\n")
+            # 100 Continue: the server is reading this body now.
+            assert conn.recv(1024).startswith(b"HTTP/1.1 100"), "no 100 Continue"
+            conn.sendall(b"{")
+            tricklers.append(conn)
+
+        assert requests.get(f"{srv.rest_url}/v2/models/ranker", timeout=30).status_code == 200
+        with grpc.insecure_channel(srv.grpc_target) as channel:
+            status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+                get_model_status_pb2.GetModelStatusRequest(model_spec={"name": "ranker"}),
+                timeout=30)
+            assert status.model_version_status
+
+        for conn in tricklers:
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            conn.close()
         assert srv.process.poll() is None
     finally:
         srv.stop()

@@ -4,6 +4,7 @@ with the openssl command-line tool, for 127.0.0.1 and localhost."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 
@@ -202,3 +203,27 @@ def test_mtls_refuses_clients_without_a_certificate_or_with_a_stranger_s(mtls_se
                 "--key", str(certs / "client.key"), "-w", "%{http_code}", "-o", "/dev/null",
                 f"{https(mtls_server)}/v2/health/ready")
     assert done.stdout == "200", done.stderr
+
+
+def test_a_client_that_never_finishes_its_handshake_is_disconnected(tmp_path_factory, certs):
+    srv = serve(tmp_path_factory, ["--tls-cert", str(certs / "server.pem"),
+                                   "--tls-key", str(certs / "server.key"),
+                                   "--header-read-timeout-secs", "1"])
+    try:
+        host, port = srv.rest_url.removeprefix("http://").rsplit(":", 1)
+        silent = socket.create_connection((host, int(port)))
+        # Half a ClientHello's record header, then nothing.
+        stalled = socket.create_connection((host, int(port)))
+        stalled.sendall(b"\x16\x03\x01")
+        for conn in (silent, stalled):
+            conn.settimeout(60)  # only a bound on a broken server; the server closes first
+            try:
+                assert conn.recv(1024) == b""
+            except ConnectionResetError:
+                pass  # closed with bytes unread: also closed
+            conn.close()
+        done = curl("--cacert", str(certs / "ca.pem"), "-w", "%{http_code}", "-o", "/dev/null",
+                    f"{https(srv)}/v2/health/ready")
+        assert done.stdout == "200", done.stderr
+    finally:
+        srv.stop()
