@@ -12,6 +12,7 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use http::HeaderName;
 
+use crate::api::health::Readiness;
 use crate::batcher::BatchSettings;
 use crate::overload::{OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
@@ -145,6 +146,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_METRICS_PORT")]
     pub metrics_port: Option<u16>,
 
+    /// When the server reports ready (/readyz, KServe server ready, gRPC health): any (some
+    /// model serves) or all (every model serves, as Triton's strict readiness). Never while
+    /// the models found at start-up are still loading, nor while no model serves.
+    #[arg(long, env = "TENSORPORT_READINESS", value_enum, default_value_t = Readiness::Any)]
+    pub readiness: Readiness,
+
     /// Log lines as human-readable text or as JSON objects, one per line.
     #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -204,6 +211,7 @@ impl ServeArgs {
             },
             shutdown_delay: Duration::from_millis(self.shutdown_delay_ms),
             drain: Duration::from_secs(self.drain_secs),
+            readiness: self.readiness,
         }
     }
 

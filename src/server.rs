@@ -17,7 +17,7 @@ use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::api::health::Health;
+use crate::api::health::{Health, Readiness};
 use crate::api::rest_util::RestError;
 use crate::api::route_table::Routes;
 use crate::api::{health, kserve, scrape, tfserving};
@@ -55,6 +55,8 @@ pub struct ServerOptions {
     pub shutdown_delay: Duration,
     /// How long requests in flight and queued may take to finish once the listeners close.
     pub drain: Duration,
+    /// Which models must serve for the server to report ready.
+    pub readiness: Readiness,
 }
 
 impl Default for ServerOptions {
@@ -64,6 +66,7 @@ impl Default for ServerOptions {
             overload: OverloadSettings::default(),
             shutdown_delay: Duration::ZERO,
             drain: Duration::from_secs(30),
+            readiness: Readiness::default(),
         }
     }
 }
@@ -131,7 +134,7 @@ pub async fn run(
     options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let health = Arc::new(Health::new(infer.clone()));
+    let health = Arc::new(Health::new(infer.clone(), options.readiness));
     health.publish().await;
     let overload = Overload::new(&options.overload, infer.shared_metrics());
     let (stop_tx, stop_rx) = watch::channel(false);
