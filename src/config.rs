@@ -21,8 +21,8 @@ use crate::shm::ShmPolicy;
 #[derive(Debug, Parser)]
 #[command(
     name = "tensorport",
-    version,
-    about = "Serve ONNX models over the TensorFlow Serving and KServe v2 APIs"
+    version = crate::build_info::VERSION,
+    about = crate::build_info::ABOUT
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -225,6 +225,31 @@ impl ServeArgs {
                 .unwrap_or(crate::batcher::MAX_QUEUE_SIZE),
         }
     }
+}
+
+/// A hint for a command line that gives `serve`'s flags without `serve` (as TF Serving's and
+/// Triton's binaries, which have no subcommand, are used).
+pub fn missing_serve_hint(args: &[OsString]) -> Option<String> {
+    let first = args.get(1)?.to_str()?;
+    let asks_for_help = ["-h", "--help", "-V", "--version", "help"].contains(&first);
+    if first == "serve"
+        || asks_for_help
+        || !args
+            .iter()
+            .skip(1)
+            .any(|a| a.to_str().is_some_and(|a| a.starts_with("--")))
+    {
+        return None;
+    }
+    let rest: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    Some(format!(
+        "hint: the server runs as a subcommand: tensorport serve {}",
+        rest.join(" ")
+    ))
 }
 
 impl Cli {

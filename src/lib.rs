@@ -26,6 +26,7 @@
 pub mod api;
 pub mod backend;
 pub mod batcher;
+pub mod build_info;
 pub mod config;
 pub mod error;
 pub mod infer;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
-use tensorport::config::{Cli, Command, ConfigError, LogFormat, ServeArgs};
+use tensorport::config::{missing_serve_hint, Cli, Command, ConfigError, LogFormat, ServeArgs};
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
 use tensorport::repository::{subfolders, Loader, ModelRepository};
@@ -24,9 +24,17 @@ use tensorport::Listeners;
 const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
 
 fn main() -> ExitCode {
-    let cli = match Cli::parse_from_args(std::env::args_os().collect()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::parse_from_args(args.clone()) {
         Ok(cli) => cli,
-        Err(ConfigError::Clap(err)) => err.exit(),
+        Err(ConfigError::Clap(err)) => {
+            if let Some(hint) = missing_serve_hint(&args).filter(|_| err.use_stderr()) {
+                let _ = err.print();
+                eprintln!("\n{hint}");
+                return ExitCode::from(2);
+            }
+            err.exit()
+        }
         Err(err) => {
             eprintln!("error: {err}");
             return ExitCode::from(2);

@@ -411,6 +411,7 @@ impl ModelRepository {
         config: &ModelConfig,
     ) -> Result<oneshot::Receiver<()>, ()> {
         tracing::info!(model, version = folder.version, "loading");
+        self.loader.metrics.register_model(model);
         self.set_state(model, folder.version, VersionState::Loading);
         let (explicit, warmup) = match &config.warmup {
             Some(warmup) => (true, warmup.clone()),

@@ -183,7 +183,7 @@ def test_a_scrape_under_load_passes_promtool(tmp_path):
                      "tensorport_queue_wait_seconds_bucket", "tensorport_inference_duration_seconds_bucket",
                      "tensorport_batch_size_rows_bucket", "tensorport_queue_depth_requests",
                      "tensorport_requests_in_flight", "tensorport_model_loads_total",
-                     "tensorport_model_load_failures_total", "tensorport_process_resident_memory_bytes",
+                     "tensorport_model_load_failures_total", "process_resident_memory_bytes",
                      "tensorport_shared_memory_mapped_bytes"):
             assert f"\n{name}" in scrape.text, name
     finally:
