@@ -93,6 +93,8 @@ deploy-check: venv tools
 	$(VENV)/bin/kubernetes-validate --quiet -k $(K8S_VERSION) --strict $(K8S_RESOURCES)
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
 	promtool check config deploy/prometheus/prometheus.yml
+	$(PY) scripts/check_docker_context.py deploy/Dockerfile
+	$(VENV)/bin/hadolint deploy/Dockerfile
 
 ## perf-analyzer: Triton's load generator, a real TF Serving / KServe client used by the tests
 perf-analyzer: $(PERF_ANALYZER)

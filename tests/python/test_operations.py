@@ -142,3 +142,23 @@ def test_make_serve_uses_cargo_and_the_runtime_environment_only(tmp_path):
     assert "--no-deps" in runtime and "onnxruntime==" in runtime, runtime
     assert "-r requirements-dev.txt" not in runtime, runtime
     assert " -q " not in runtime, runtime
+
+
+def _check_docker_context(dockerfile: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([os.sys.executable, str(REPO / "scripts" / "check_docker_context.py"), str(dockerfile)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+def test_the_dockerfile_copies_every_workspace_member():
+    result = _check_docker_context(REPO / "deploy" / "Dockerfile")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_docker_context_check_catches_a_missing_member(tmp_path):
+    dockerfile = (REPO / "deploy" / "Dockerfile").read_text()
+    without = "\n".join(line for line in dockerfile.splitlines() if not line.startswith("COPY bench/loadgen"))
+    assert without != dockerfile
+    (tmp_path / "Dockerfile").write_text(without)
+    result = _check_docker_context(tmp_path / "Dockerfile")
+    assert result.returncode == 1
+    assert "bench/loadgen" in result.stderr, result.stderr
