@@ -14,7 +14,7 @@ use http::HeaderName;
 
 use crate::api::health::Readiness;
 use crate::batcher::BatchSettings;
-use crate::overload::{OverloadSettings, RateSettings};
+use crate::overload::{AccessLogFormat, OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
 use crate::shm::ShmPolicy;
 
@@ -152,6 +152,11 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_READINESS", value_enum, default_value_t = Readiness::Any)]
     pub readiness: Readiness,
 
+    /// One line per request on stdout (time, client, method, path or RPC, model, version,
+    /// status, outcome, duration, request id, bytes in and out): off, text (key=value) or json.
+    #[arg(long, env = "TENSORPORT_ACCESS_LOG", value_enum, default_value_t = AccessLogFormat::Off)]
+    pub access_log: AccessLogFormat,
+
     /// Log lines as human-readable text or as JSON objects, one per line.
     #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -208,6 +213,7 @@ impl ServeArgs {
                 max_concurrent_requests: self.max_concurrent_requests,
                 request_timeout: (self.request_timeout_ms > 0)
                     .then(|| Duration::from_millis(self.request_timeout_ms)),
+                access_log: self.access_log,
             },
             shutdown_delay: Duration::from_millis(self.shutdown_delay_ms),
             drain: Duration::from_secs(self.drain_secs),

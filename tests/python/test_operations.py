@@ -8,6 +8,7 @@ test decides when the load happens.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -162,3 +163,70 @@ def test_the_docker_context_check_catches_a_missing_member(tmp_path):
     result = _check_docker_context(tmp_path / "Dockerfile")
     assert result.returncode == 1
     assert "bench/loadgen" in result.stderr, result.stderr
+
+
+def _access_lines(server, prefix: str, count: int) -> list[str]:
+    """The access-log lines (stdout, in the same file as the log), once `count` are there."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        lines = [line for line in server.log().splitlines() if line.startswith(prefix)]
+        if len(lines) >= count:
+            return lines
+        assert time.monotonic() < deadline, f"expected {count} access-log lines:\n{server.log()}"
+        time.sleep(0.05)
+
+
+def _infer_ranker(server) -> requests.Response:
+    return requests.post(f"{server.rest_url}/v2/models/ranker/infer", json={
+        "inputs": [{"name": "features", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]},
+        headers={"x-request-id": "ops-trace-1"}, timeout=10)
+
+
+def test_the_json_access_log_names_every_field_and_outcome(tmp_path):
+    import tritonclient.grpc as grpcclient
+
+    server = start_server(EXAMPLE_MODELS, tmp_path / "server.log", ["--access-log", "json"])
+    try:
+        assert _infer_ranker(server).status_code == 200
+        assert requests.delete(f"{server.rest_url}/v1/models/ranker", timeout=5).status_code == 405
+        client = grpcclient.InferenceServerClient(server.grpc_target)
+        with pytest.raises(Exception):
+            client.get_model_metadata("no_such_model")
+        lines = [json.loads(line) for line in _access_lines(server, '{"time"', 3)]
+    finally:
+        server.stop()
+    fields = {"time", "client", "method", "path", "protocol", "model", "version", "status", "outcome",
+              "duration_ms", "request_id", "bytes_in", "bytes_out"}
+    assert all(set(line) == fields for line in lines), lines
+    infer, wrong_method, grpc_missing = lines[:3]
+    assert infer["method"] == "POST" and infer["path"] == "/v2/models/ranker/infer"
+    assert infer["model"] == "ranker" and infer["version"] == 2 and infer["status"] == 200
+    assert infer["outcome"] == "ok" and infer["request_id"] == "ops-trace-1"
+    assert infer["client"].startswith("127.0.0.1:") and infer["bytes_in"] > 0 and infer["bytes_out"] > 0
+    assert infer["time"].endswith("Z") and infer["duration_ms"] >= 0
+    assert wrong_method["status"] == 405 and wrong_method["outcome"] == "method_not_allowed"
+    assert grpc_missing["path"] == "/inference.GRPCInferenceService/ModelMetadata"
+    assert grpc_missing["protocol"] == "kserve-grpc"
+    assert grpc_missing["status"] == 5 and grpc_missing["outcome"] == "not_found"
+
+
+def test_the_text_access_log_is_one_key_value_line_per_request(tmp_path):
+    server = start_server(EXAMPLE_MODELS, tmp_path / "server.log", ["--access-log", "text"])
+    try:
+        assert _infer_ranker(server).status_code == 200
+        [line] = _access_lines(server, "time=", 1)
+    finally:
+        server.stop()
+    pairs = dict(word.split("=", 1) for word in line.split(" "))
+    assert list(pairs) == ["time", "client", "method", "path", "protocol", "model", "version", "status",
+                           "outcome", "duration_ms", "request_id", "bytes_in", "bytes_out"]
+    assert pairs["model"] == "ranker" and pairs["status"] == "200" and pairs["request_id"] == "ops-trace-1"
+
+
+def test_no_access_log_by_default(tmp_path):
+    server = start_server(EXAMPLE_MODELS, tmp_path / "server.log")
+    try:
+        assert _infer_ranker(server).status_code == 200
+    finally:
+        server.stop()
+    assert not [line for line in server.log().splitlines() if line.startswith(("time=", '{"time"'))]
