@@ -5,6 +5,10 @@ VENV := .venv
 VENV_STAMP := $(VENV)/.installed
 PY := $(VENV)/bin/python
 PERF_ANALYZER := .cache/perf_analyzer/perf_analyzer
+# `make serve`'s own environment: the onnxruntime wheel alone, for its libonnxruntime.so.
+RUNTIME_VENV := .cache/runtime-venv
+RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
+ORT_REQUIREMENT = $(shell grep '^onnxruntime==' requirements-dev.txt)
 MLSERVER_VENV := .cache/mlserver
 MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
 MODEL_DIR ?= examples/models
@@ -29,13 +33,27 @@ K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/h
 # apt-get needs root; elsewhere it runs under sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: serve serve-all test venv build release lint fmt models torch-fixtures tf-fixtures \
+.PHONY: serve serve-all runtime test venv build release lint fmt models torch-fixtures tf-fixtures \
 	perf-analyzer bench bench-quick bench-all bench-build bench-overload mlserver clean tools \
 	deploy-check libtorch libtensorflow test-under-load
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
-serve: venv release
-	target/release/tensorport serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
+## (`cargo run` finds the binary wherever CARGO_TARGET_DIR or build.target-dir put it)
+serve: runtime $(call native_libs,$(FEATURES))
+	@echo "==> building tensorport in release mode (first time: a few minutes), then serving $(MODEL_DIR)"
+	cargo run --release $(call cargo_features,$(FEATURES)) --bin tensorport -- \
+		serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
+
+## runtime: what the server needs to run, apart from itself: ONNX Runtime's library (the
+## onnxruntime wheel without its Python dependencies, about 17 MB) in .cache/runtime-venv
+runtime: $(RUNTIME_STAMP)
+
+$(RUNTIME_STAMP): requirements-dev.txt
+	@echo "==> installing $(ORT_REQUIREMENT) (its libonnxruntime.so) into $(RUNTIME_VENV)"
+	$(PYTHON) -m venv $(RUNTIME_VENV)
+	$(RUNTIME_VENV)/bin/python -m pip install --disable-pip-version-check --no-deps \
+		--progress-bar on "$(ORT_REQUIREMENT)"
+	touch $@
 
 ## serve-all: `make serve` with every backend (ONNX, TorchScript, TensorFlow)
 serve-all:
@@ -48,8 +66,8 @@ test: venv perf-analyzer deploy-check $(call native_libs,$(ALL_FEATURES))
 	cargo test $(call cargo_features,$(ALL_FEATURES))
 	cargo test -p tensorport-client
 	cargo test -p tensorport-loadgen
-	TENSORPORT_BIN=target/debug/tensorport PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
-	TENSORPORT_BIN=target/debug/tensorport $(PY) -m pytest clients/python/tests -q
+	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) -m pytest tests/python -q
+	$(PY) -m pytest clients/python/tests -q
 
 ## test-under-load: `make test` while stress-ng keeps every core busy, as on a shared CI
 ## machine; the suite must pass the same (no test may depend on a model being slow enough)
@@ -85,6 +103,8 @@ deploy-check: venv tools
 	$(VENV)/bin/kubernetes-validate --quiet -k $(K8S_VERSION) --strict $(K8S_RESOURCES)
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
 	promtool check config deploy/prometheus/prometheus.yml
+	$(PY) scripts/check_docker_context.py deploy/Dockerfile
+	$(VENV)/bin/hadolint deploy/Dockerfile
 
 ## perf-analyzer: Triton's load generator, a real TF Serving / KServe client used by the tests
 perf-analyzer: $(PERF_ANALYZER)

@@ -39,7 +39,7 @@ struct Options {
 
 fn options() -> Options {
     let mut options = Options {
-        binary: Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/tensorport"),
+        binary: built_beside_this_bench(),
         seconds: 20,
         factor: 4.0,
         limit: 8,
@@ -80,6 +80,15 @@ impl Drop for Server {
     }
 }
 
+/// `<target>/release/tensorport`: this bench runs as `<target>/release/deps/<bench>`, wherever
+/// CARGO_TARGET_DIR or build.target-dir put the target directory.
+fn built_beside_this_bench() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("tensorport")))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/tensorport"))
+}
+
 fn start_server(binary: &Path, flags: &[String]) -> BenchResult<Server> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let log = std::env::temp_dir().join(format!("tensorport-overload-{}.log", std::process::id()));
@@ -110,7 +119,13 @@ fn start_server(binary: &Path, flags: &[String]) -> BenchResult<Server> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|line| line.contains("listening grpc=")) {
+        // The ports are bound first; the models are ready once the load at start-up settles.
+        let settled = text.contains("initial load settled");
+        if let Some(line) = text
+            .lines()
+            .find(|line| line.contains("listening grpc="))
+            .filter(|_| settled)
+        {
             let field = |name: &str| {
                 line.split_whitespace()
                     .find_map(|word| word.strip_prefix(name))

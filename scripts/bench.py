@@ -38,6 +38,14 @@ REPO = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 SERVER_CPU, CLIENT_CPU = "0", "1"
 LISTENING = re.compile(r"listening grpc=(\S+) rest=(\S+)")
+SETTLED = "initial load settled"
+
+
+def cargo_target_dir() -> Path:
+    """Where cargo builds (CARGO_TARGET_DIR, build.target-dir or target/), as cargo says."""
+    out = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    return Path(json.loads(out)["target_directory"])
 
 
 @dataclass(frozen=True)
@@ -118,8 +126,9 @@ class Tensorport:
         self.proc = subprocess.Popen(command, stdout=out, stderr=out, env={**os.environ, "RUST_LOG": "warn,tensorport=info"})
         deadline = time.time() + 120
         while time.time() < deadline:
-            match = LISTENING.search(log.read_text())
-            if match:
+            text = log.read_text()
+            match = LISTENING.search(text)
+            if match and SETTLED in text:
                 self.grpc, self.rest = match.group(1), match.group(2)
                 return
             if self.proc.poll() is not None:
@@ -317,8 +326,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a small subset, about two minutes")
     ap.add_argument("--duration", type=float, help="measured seconds per cell (default 4, quick 2)")
     ap.add_argument("--warmup", type=float, help="warm-up seconds per cell (default 1, quick 0.5)")
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "tensorport"))
-    ap.add_argument("--loadgen", default=str(REPO / "target" / "release" / "tensorport-loadgen"))
+    release = cargo_target_dir() / "release"
+    ap.add_argument("--binary", default=str(release / "tensorport"))
+    ap.add_argument("--loadgen", default=str(release / "tensorport-loadgen"))
     ap.add_argument("--mlserver", default=str(REPO / ".cache" / "mlserver" / "bin" / "mlserver"))
     ap.add_argument("--perf-analyzer", default=os.environ.get(
         "PERF_ANALYZER", str(REPO / ".cache" / "perf_analyzer" / "perf_analyzer")))

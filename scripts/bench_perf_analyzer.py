@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import shutil
@@ -30,6 +31,13 @@ REPO = Path(__file__).resolve().parents[1]
 LISTENING = re.compile(r"listening grpc=(\S+) rest=(\S+)")
 
 
+def cargo_target_dir() -> Path:
+    """Where cargo builds (CARGO_TARGET_DIR, build.target-dir or target/), as cargo says."""
+    out = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    return Path(json.loads(out)["target_directory"])
+
+
 def start_server(binary: Path, model_dir: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, str, str]:
     command = [str(binary), "serve", "--model-dir", str(model_dir), "--host", "127.0.0.1",
                "--grpc-port", "0", "--rest-port", "0", *extra]
@@ -39,8 +47,10 @@ def start_server(binary: Path, model_dir: Path, log: Path, *extra: str) -> tuple
     proc = subprocess.Popen(command, stderr=out, stdout=out)
     deadline = time.time() + 60
     while time.time() < deadline:
-        match = LISTENING.search(log.read_text())
-        if match:
+        text = log.read_text()
+        match = LISTENING.search(text)
+        # The ports are bound first; the models serve once the load at start-up settles.
+        if match and "initial load settled" in text:
             return proc, match.group(1), match.group(2)
         if proc.poll() is not None:
             break
@@ -67,7 +77,7 @@ def run(perf_analyzer: str, args: list[str], csv_path: Path) -> dict[str, float]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", default=str(REPO / "target" / "release" / "tensorport"))
+    ap.add_argument("--binary", default=str(cargo_target_dir() / "release" / "tensorport"))
     ap.add_argument("--perf-analyzer", default=os.environ.get(
         "PERF_ANALYZER", str(REPO / ".cache" / "perf_analyzer" / "perf_analyzer")))
     ap.add_argument("--model", default="ranker")

@@ -8,6 +8,7 @@ tests/python/test_readme.py fails when README.md and --help disagree.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,7 +24,13 @@ _OPTION = re.compile(r"^\s+(?:-\w, )?--([a-z][a-z0-9-]*)(?: <[A-Z_]+>)?\s*$")
 
 
 def _binary() -> Path:
-    return Path(os.environ.get("TENSORPORT_BIN", REPO / "target" / "debug" / "tensorport")).absolute()
+    explicit = os.environ.get("TENSORPORT_BIN")
+    if explicit:
+        return Path(explicit).absolute()
+    # Wherever CARGO_TARGET_DIR or build.target-dir put the build, as cargo reports it.
+    out = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    return Path(json.loads(out)["target_directory"]) / "debug" / "tensorport"
 
 
 def options(help_text: str) -> list[dict[str, str]]:

@@ -12,8 +12,9 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use http::HeaderName;
 
+use crate::api::health::Readiness;
 use crate::batcher::BatchSettings;
-use crate::overload::{ApiKeys, ApiKeysError, OverloadSettings, RateSettings};
+use crate::overload::{AccessLogFormat, ApiKeys, ApiKeysError, OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
 use crate::shm::{ShmLimits, ShmPolicy};
 use crate::transport::{TlsFiles, TransportSettings};
@@ -21,8 +22,8 @@ use crate::transport::{TlsFiles, TransportSettings};
 #[derive(Debug, Parser)]
 #[command(
     name = "tensorport",
-    version,
-    about = "Serve ONNX models over the TensorFlow Serving and KServe v2 APIs"
+    version = crate::build_info::VERSION,
+    about = crate::build_info::ABOUT
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -255,6 +256,17 @@ pub struct ServeArgs {
     )]
     pub allow_model_paths: Vec<PathBuf>,
 
+    /// When the server reports ready (/readyz, KServe server ready, gRPC health): any (some
+    /// model serves) or all (every model serves, as Triton's strict readiness). Never while
+    /// the models found at start-up are still loading, nor while no model serves.
+    #[arg(long, env = "TENSORPORT_READINESS", value_enum, default_value_t = Readiness::Any)]
+    pub readiness: Readiness,
+
+    /// One line per request on stdout (time, client, method, path or RPC, model, version,
+    /// status, outcome, duration, request id, bytes in and out): off, text (key=value) or json.
+    #[arg(long, env = "TENSORPORT_ACCESS_LOG", value_enum, default_value_t = AccessLogFormat::Off)]
+    pub access_log: AccessLogFormat,
+
     /// Log lines as human-readable text or as JSON objects, one per line.
     #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -317,12 +329,14 @@ impl ServeArgs {
                 max_concurrent_requests: self.max_concurrent_requests,
                 request_timeout: (self.request_timeout_ms > 0)
                     .then(|| Duration::from_millis(self.request_timeout_ms)),
+                access_log: self.access_log,
             },
             shutdown_delay: Duration::from_millis(self.shutdown_delay_ms),
             drain: Duration::from_secs(self.drain_secs),
             // Read from --auth-token-file by `main`, which can report a bad file.
             auth: crate::auth::Access::open(),
             transport: self.transport_settings(),
+            readiness: self.readiness,
         })
     }
 
@@ -350,7 +364,7 @@ impl ServeArgs {
         }
     }
 
-    /// The server-wide batching defaults these flags describe.
+    /// The shared-memory registry's limits these flags describe.
     pub fn shm_limits(&self) -> ShmLimits {
         ShmLimits {
             // At most MAX_GUARDED / 2, checked by clap.
@@ -359,6 +373,7 @@ impl ServeArgs {
         }
     }
 
+    /// The server-wide batching defaults these flags describe.
     pub fn batch_settings(&self) -> BatchSettings {
         BatchSettings {
             max_batch_size: self.max_batch_size,
@@ -368,6 +383,31 @@ impl ServeArgs {
                 .unwrap_or(crate::batcher::MAX_QUEUE_SIZE),
         }
     }
+}
+
+/// A hint for a command line that gives `serve`'s flags without `serve` (as TF Serving's and
+/// Triton's binaries, which have no subcommand, are used).
+pub fn missing_serve_hint(args: &[OsString]) -> Option<String> {
+    let first = args.get(1)?.to_str()?;
+    let asks_for_help = ["-h", "--help", "-V", "--version", "help"].contains(&first);
+    if first == "serve"
+        || asks_for_help
+        || !args
+            .iter()
+            .skip(1)
+            .any(|a| a.to_str().is_some_and(|a| a.starts_with("--")))
+    {
+        return None;
+    }
+    let rest: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    Some(format!(
+        "hint: the server runs as a subcommand: tensorport serve {}",
+        rest.join(" ")
+    ))
 }
 
 impl Cli {

@@ -29,6 +29,7 @@ pub mod api;
 pub mod auth;
 pub mod backend;
 pub mod batcher;
+pub mod build_info;
 pub mod config;
 pub mod error;
 pub mod infer;

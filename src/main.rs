@@ -1,4 +1,5 @@
-//! The `tensorport` binary: parse the configuration, load the models, bind, serve until
+//! The `tensorport` binary: parse the configuration, bind both ports, then load the models
+//! in the background while serving (live at once, ready once the load settles), until
 //! SIGTERM or SIGINT.
 
 use std::io::IsTerminal;
@@ -12,10 +13,10 @@ use tensorport::auth::Access;
 use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
-use tensorport::config::{Cli, Command, ConfigError, LogFormat, ServeArgs};
+use tensorport::config::{missing_serve_hint, Cli, Command, ConfigError, LogFormat, ServeArgs};
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
-use tensorport::repository::{Loader, ModelRepository};
+use tensorport::repository::{subfolders, Loader, ModelRepository};
 use tensorport::shm::ShmRegistry;
 use tensorport::tensor::DecodeLimits;
 use tensorport::Listeners;
@@ -24,9 +25,17 @@ use tensorport::Listeners;
 const ORT_DYLIB_PATH: &str = "ORT_DYLIB_PATH";
 
 fn main() -> ExitCode {
-    let cli = match Cli::parse_from_args(std::env::args_os().collect()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::parse_from_args(args.clone()) {
         Ok(cli) => cli,
-        Err(ConfigError::Clap(err)) => err.exit(),
+        Err(ConfigError::Clap(err)) => {
+            if let Some(hint) = missing_serve_hint(&args).filter(|_| err.use_stderr()) {
+                let _ = err.print();
+                eprintln!("\n{hint}");
+                return ExitCode::from(2);
+            }
+            err.exit()
+        }
         Err(err) => {
             eprintln!("error: {err}");
             return ExitCode::from(2);
@@ -111,6 +120,16 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     let mut options = args.server_options().map_err(|err| err.to_string())?;
     options.auth = access;
     runtime.block_on(async move {
+        // Bind before anything slow: a port conflict fails at once, and probes get answers
+        // (live, not yet ready) while the models load.
+        let grpc = bind(SocketAddr::new(args.host, args.grpc_port), "--grpc-port").await?;
+        let rest = bind(SocketAddr::new(args.host, args.rest_port), "--rest-port").await?;
+        let metrics_listener = match args.metrics_port {
+            Some(port) => Some(bind(SocketAddr::new(args.host, port), "--metrics-port").await?),
+            None => None,
+        };
+        // An unreadable model directory is a configuration error, reported before serving.
+        subfolders(&model_dir).map_err(|err| err.to_string())?;
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx,
@@ -123,55 +142,55 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 .with_allowed_roots(&args.allow_model_paths)
                 .map_err(|err| err.to_string())?,
         );
-        repository
-            .reconcile()
-            .await
-            .map_err(|err| err.to_string())?;
-        let watcher = (args.model_poll_secs > 0).then(|| {
-            repository
-                .clone()
-                .watch(Duration::from_secs(args.model_poll_secs))
-        });
         let max_request_bytes = options.max_request_bytes;
         let infer = Arc::new(InferService::new(
-            repository,
+            repository.clone(),
             DecodeLimits {
                 max_tensor_bytes: max_request_bytes,
             },
             metrics,
             Arc::new(ShmRegistry::with_limits(args.shm, args.shm_limits())),
         ));
-        let grpc = bind(SocketAddr::new(args.host, args.grpc_port), "--grpc-port").await?;
-        let rest = bind(SocketAddr::new(args.host, args.rest_port), "--rest-port").await?;
-        let metrics = match args.metrics_port {
-            Some(port) => Some(bind(SocketAddr::new(args.host, port), "--metrics-port").await?),
-            None => None,
-        };
         tracing::info!(
             grpc = %local(&grpc),
             rest = %local(&rest),
-            metrics = %metrics.as_ref().map(local).unwrap_or_default(),
+            metrics = %metrics_listener.as_ref().map(local).unwrap_or_default(),
             "listening"
         );
+        let poll = (args.model_poll_secs > 0).then(|| Duration::from_secs(args.model_poll_secs));
+        let loading = tokio::spawn(load_then_poll(repository, poll));
         let served = tensorport::run(
             infer,
             Listeners {
                 grpc,
                 rest,
-                metrics,
+                metrics: metrics_listener,
             },
             options,
             shutdown_signal(),
         )
         .await
         .map_err(|err| err.to_string());
-        if let Some(watcher) = watcher {
-            watcher.abort();
-        }
+        loading.abort();
         served
     })?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The load at start-up, then (with a poll period) the watch for changes, off the serving path.
+async fn load_then_poll(repository: Arc<ModelRepository>, poll: Option<Duration>) {
+    if let Err(error) = repository.reconcile().await {
+        tracing::error!(%error, "cannot load the model repository");
+    }
+    let snapshot = repository.snapshot();
+    let models = snapshot.models().count();
+    let available = snapshot.models().filter(|m| m.is_available()).count();
+    drop(snapshot);
+    tracing::info!(models, available, "initial load settled");
+    if let Some(period) = poll {
+        repository.poll(period).await;
+    }
 }
 
 async fn bind(addr: SocketAddr, flag: &str) -> Result<tokio::net::TcpListener, String> {

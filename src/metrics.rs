@@ -1,6 +1,9 @@
 //! Prometheus metrics, built once at start-up and passed to whoever records them. Names follow
 //! Prometheus conventions: prefix `tensorport_`, base units in the name (`_seconds`,
-//! `_bytes`), `_total` on counters (added by the encoder).
+//! `_bytes`), `_total` on counters (added by the encoder). The process's own figures carry the
+//! standard `process_*` names, without the prefix, as every Prometheus client exports them.
+
+mod process;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -87,7 +90,14 @@ struct RequestLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LatencyLabels {
     model: String,
+    version: String,
     protocol: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    backends: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -172,8 +182,7 @@ pub struct Metrics {
     model_loads: Family<ModelLabels, Counter>,
     model_unloads: Family<ModelLabels, Counter>,
     model_load_failures: Family<ModelLabels, Counter>,
-    resident_memory: Gauge,
-    virtual_memory: Gauge,
+    model_ready: Family<VersionLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -184,7 +193,21 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("tensorport");
+        let mut root = Registry::default();
+        root.register_collector(Box::new(process::ProcessCollector::new()));
+        let registry = root.sub_registry_with_prefix("tensorport");
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                backends: crate::build_info::BACKENDS,
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "Always 1: the server's version and the model formats (backends) compiled in",
+            build_info,
+        );
         let tensor_bytes_copied = Family::<StageLabels, Counter>::default();
         // Every stage is exported from the start, at 0, so a scrape shows what is not copied.
         for stage in [
@@ -224,7 +247,7 @@ impl Metrics {
             Family::new_with_constructor(latency_histogram);
         registry.register(
             "request_duration_seconds",
-            "Time from a request's arrival to its answer, by protocol and model",
+            "Time from a request's arrival to its answer, by protocol, model and version",
             request_duration.clone(),
         );
         let queue_wait: Histograms<VersionLabels> = Family::new_with_constructor(latency_histogram);
@@ -288,20 +311,14 @@ impl Metrics {
             "Model versions that failed to load or to warm up",
             model_load_failures.clone(),
         );
-        let resident_memory = Gauge::default();
+        let model_ready = Family::<VersionLabels, Gauge>::default();
         registry.register(
-            "process_resident_memory_bytes",
-            "Resident memory of the server process",
-            resident_memory.clone(),
-        );
-        let virtual_memory = Gauge::default();
-        registry.register(
-            "process_virtual_memory_bytes",
-            "Virtual memory of the server process",
-            virtual_memory.clone(),
+            "model_ready",
+            "1 while a model version serves, 0 while it loads, failed, or was unloaded",
+            model_ready.clone(),
         );
         Self {
-            registry,
+            registry: root,
             tensor_bytes_copied,
             shm_regions,
             shm_bytes_mapped,
@@ -316,8 +333,7 @@ impl Metrics {
             model_loads,
             model_unloads,
             model_load_failures,
-            resident_memory,
-            virtual_memory,
+            model_ready,
         }
     }
 
@@ -338,6 +354,35 @@ impl Metrics {
                 stage: stage.label(),
             })
             .get()
+    }
+
+    /// Creates a model's counters at zero, so that dashboards and `rate()` see them from the
+    /// model's first load rather than from its first event.
+    pub fn register_model(&self, name: &str) {
+        let labels = ModelLabels {
+            model: name.to_owned(),
+        };
+        for family in [
+            &self.model_loads,
+            &self.model_unloads,
+            &self.model_load_failures,
+        ] {
+            drop(family.get_or_create(&labels));
+        }
+    }
+
+    /// Replaces the model-ready gauges with `versions` (model, version, serving), so that
+    /// versions the repository forgot disappear from the scrape.
+    pub fn set_model_ready<'a>(&self, versions: impl IntoIterator<Item = (&'a str, u64, bool)>) {
+        self.model_ready.clear();
+        for (model, version, serving) in versions {
+            self.model_ready
+                .get_or_create(&VersionLabels {
+                    model: model.to_owned(),
+                    version: version.to_string(),
+                })
+                .set(i64::from(serving));
+        }
     }
 
     pub fn record_model_event(&self, name: &str, event: ModelEvent) {
@@ -374,6 +419,7 @@ impl Metrics {
         self.request_duration
             .get_or_create(&LatencyLabels {
                 model: name.clone(),
+                version: version.clone(),
                 protocol: protocol.label(),
             })
             .observe(took.as_secs_f64());
@@ -459,16 +505,6 @@ impl Metrics {
         }
     }
 
-    /// Samples the process's memory (Linux `/proc/self/statm`; elsewhere the gauges stay 0).
-    pub fn sample_process(&self) {
-        if let Some((virtual_bytes, resident_bytes)) = process_memory() {
-            self.virtual_memory
-                .set(i64::try_from(virtual_bytes).unwrap_or(i64::MAX));
-            self.resident_memory
-                .set(i64::try_from(resident_bytes).unwrap_or(i64::MAX));
-        }
-    }
-
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -476,16 +512,6 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
-}
-
-/// `(virtual, resident)` bytes of this process, from `/proc/self/statm` (sizes in pages).
-fn process_memory() -> Option<(u64, u64)> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let mut fields = statm.split_ascii_whitespace();
-    let size: u64 = fields.next()?.parse().ok()?;
-    let resident: u64 = fields.next()?.parse().ok()?;
-    let page = rustix::param::page_size() as u64;
-    Some((size.saturating_mul(page), resident.saturating_mul(page)))
 }
 
 #[cfg(test)]
@@ -507,7 +533,7 @@ mod tests {
             .model("m", 2)
             .observe_execution(std::time::Duration::from_micros(300), 8);
         metrics.set_queue_depths([("m", 2, 5)]);
-        metrics.sample_process();
+        metrics.set_model_ready([("m", 2, true), ("m", 3, false)]);
         let text = metrics.encode();
         for expected in [
             "tensorport_requests_total{model=\"m\",version=\"2\",protocol=\"kserve-grpc\",outcome=\"ok\"} 1",
@@ -515,9 +541,17 @@ mod tests {
             "tensorport_model_loads_total{model=\"m\"} 1",
             "tensorport_batch_size_rows_bucket{le=\"8.0\",model=\"m\",version=\"2\"} 1",
             "tensorport_queue_depth_requests{model=\"m\",version=\"2\"} 5",
-            "tensorport_request_duration_seconds_count",
+            "tensorport_request_duration_seconds_count{model=\"m\",version=\"2\",protocol=\"kserve-grpc\"} 1",
             "tensorport_inference_duration_seconds_sum",
-            "tensorport_process_resident_memory_bytes",
+            "tensorport_model_ready{model=\"m\",version=\"2\"} 1",
+            "tensorport_model_ready{model=\"m\",version=\"3\"} 0",
+            "\nprocess_resident_memory_bytes ",
+            "\nprocess_virtual_memory_bytes ",
+            "\nprocess_open_fds ",
+            "\nprocess_max_fds ",
+            "\nprocess_start_time_seconds ",
+            "\nprocess_cpu_seconds_total ",
+            "tensorport_build_info{version=\"",
         ] {
             assert!(text.contains(expected), "missing {expected} in:\n{text}");
         }
@@ -529,6 +563,29 @@ mod tests {
             metrics.refusals(RefusalReason::Concurrency, Protocol::KserveHttp),
             1
         );
+    }
+
+    #[test]
+    fn a_models_counters_exist_at_zero_once_registered() {
+        let metrics = Metrics::new();
+        metrics.register_model("m");
+        let text = metrics.encode();
+        for name in ["model_loads", "model_unloads", "model_load_failures"] {
+            let line = format!("tensorport_{name}_total{{model=\"m\"}} 0");
+            assert!(text.contains(&line), "missing {line} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn build_info_names_the_compiled_backends() {
+        let text = Metrics::new().encode();
+        let line = format!(
+            "tensorport_build_info{{version=\"{}\",backends=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION"),
+            crate::build_info::BACKENDS
+        );
+        assert!(text.contains(&line), "missing {line} in:\n{text}");
+        assert!(crate::build_info::BACKENDS.starts_with("onnx"));
     }
 
     #[test]

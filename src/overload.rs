@@ -39,6 +39,7 @@
 //!
 //! [`RequestContext`]: crate::request::RequestContext
 
+mod access_log;
 mod bypass;
 mod deadline;
 mod drain;
@@ -49,6 +50,7 @@ mod shed;
 #[cfg(test)]
 mod tests;
 
+pub use access_log::{AccessEntry, AccessLogFormat};
 pub use rate::{ApiKeys, ApiKeysError, ClientKey, RateSettings};
 pub use refusal::{Outcome, Refusal, Transport};
 
@@ -77,6 +79,8 @@ pub struct OverloadSettings {
     pub max_concurrent_requests: usize,
     /// Deadline for requests whose client set none.
     pub request_timeout: Option<Duration>,
+    /// One line per request on stdout (`--access-log`).
+    pub access_log: AccessLogFormat,
 }
 
 /// What the stacks of both servers share: one rate limiter, one concurrency limit, one source
@@ -96,6 +100,7 @@ impl Overload {
                 metrics,
                 ids: RequestIds::new(),
                 default_timeout: settings.request_timeout,
+                access_log: access_log::AccessLog::start(settings.access_log),
             }),
         }
     }

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tower::Layer;
 
-use crate::api::health::Health;
+use crate::api::health::{Health, Readiness};
 use crate::api::rest_util::RestError;
 use crate::api::route_table::Routes;
 use crate::api::{health, kserve, scrape, tfserving};
@@ -60,6 +60,8 @@ pub struct ServerOptions {
     pub auth: Access,
     /// TLS, the connection cap and the connection timeouts.
     pub transport: TransportSettings,
+    /// Which models must serve for the server to report ready.
+    pub readiness: Readiness,
 }
 
 impl Default for ServerOptions {
@@ -71,6 +73,7 @@ impl Default for ServerOptions {
             drain: Duration::from_secs(30),
             auth: Access::open(),
             transport: TransportSettings::default(),
+            readiness: Readiness::default(),
         }
     }
 }
@@ -169,7 +172,7 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     // Before anything starts: a certificate that cannot be read stops the server here.
     let tls = options.transport.tls.as_ref().map(Tls::load).transpose()?;
-    let health = Arc::new(Health::new(infer.clone()));
+    let health = Arc::new(Health::new(infer.clone(), options.readiness));
     health.publish().await;
     let overload = Arc::new(Overload::new(&options.overload, infer.shared_metrics()));
     let (stop_tx, stop_rx) = watch::channel(false);

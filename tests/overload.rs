@@ -7,10 +7,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::gate::Gate;
+use common::gate::{Gate, OpenOnDrop};
 use common::{TestResult, TestServer};
 use serde_json::{json, Value};
 use tensorport::batcher::BatchSettings;
@@ -83,13 +82,14 @@ async fn start(batching: BatchSettings, overload: OverloadSettings) -> TestServe
 }
 
 /// Starts the server with the spin model's runs held at a closed gate (warmup ran while it
-/// was open).
-async fn start_gated(batching: BatchSettings, options: ServerOptions) -> (TestServer, Arc<Gate>) {
+/// was open). The gate opens when the returned handle drops, so a failed assertion never
+/// leaves a runtime thread waiting at it forever.
+async fn start_gated(batching: BatchSettings, options: ServerOptions) -> (TestServer, OpenOnDrop) {
     let gate = Gate::new();
     let server =
         TestServer::start_decorated(MODELS, batching, options, Some(gate.decorator("spin"))).await;
     gate.close();
-    (server, gate)
+    (server, OpenOnDrop(gate))
 }
 
 fn with_overload(overload: OverloadSettings) -> ServerOptions {
@@ -134,7 +134,7 @@ async fn wait_queued(server: &TestServer, count: usize) {
 /// on `protocol`, read from the exposition.
 fn unresolved_answers(metrics: &Metrics, protocol: &str) -> u64 {
     let prefix =
-        format!("tensorport_request_duration_seconds_count{{model=\"\",protocol=\"{protocol}\"}}");
+        format!("tensorport_request_duration_seconds_count{{model=\"\",version=\"\",protocol=\"{protocol}\"}}");
     metrics
         .encode()
         .lines()

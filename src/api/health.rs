@@ -2,10 +2,11 @@
 //! `grpc.health.v1.Health` (overall and per service), KServe's server live / ready (HTTP and
 //! gRPC), and the model-independent `/livez` and `/readyz`.
 //!
-//! Live: the process answers. Ready: every configured model has settled (loaded, or failed
-//! for good, which its status reports; one broken model must not keep the others out of
-//! service) and the server is not draining. On shutdown readiness turns false first, before
-//! the listeners close, so that load balancers stop sending work here.
+//! Live: the process answers, from the moment the ports are bound (before any model loads,
+//! so that a slow model never fails a liveness or startup probe). Ready: the load at start-up
+//! has settled, the server is not draining, and the models meet the [`Readiness`] policy;
+//! with no model available the server is never ready. On shutdown readiness turns false
+//! first, before the listeners close, so that load balancers stop sending work here.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use tonic_health::ServingStatus;
 use crate::api::rest_util::json_response;
 use crate::api::route_table::Routes;
 use crate::infer::InferService;
-use crate::repository::{ModelRepository, VersionState};
+use crate::repository::{ModelRecord, ModelRepository, VersionState};
 
 /// The gRPC services whose health is reported by name, besides the overall "".
 pub const GRPC_SERVICES: [&str; 3] = [
@@ -36,18 +37,32 @@ const UNPUBLISHED: u8 = 0;
 const PUBLISHED_READY: u8 = 1;
 const PUBLISHED_NOT_READY: u8 = 2;
 
+/// Which models must serve for the server to be ready (`--readiness`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Readiness {
+    /// At least one model serves: one broken model does not keep the others out of service.
+    /// (Models that appear later load beside the serving ones without turning readiness off.)
+    #[default]
+    Any,
+    /// Triton's strict readiness: every model serves (models unloaded on purpose aside), so
+    /// one that failed to load keeps the server unready.
+    All,
+}
+
 /// The server's health. Owned by [`crate::server::run`] for the server's lifetime.
 pub struct Health {
     infer: Arc<InferService>,
+    readiness: Readiness,
     draining: AtomicBool,
     reporter: HealthReporter,
     published: AtomicU8,
 }
 
 impl Health {
-    pub fn new(infer: Arc<InferService>) -> Self {
+    pub fn new(infer: Arc<InferService>, readiness: Readiness) -> Self {
         Self {
             infer,
+            readiness,
             draining: AtomicBool::new(false),
             reporter: HealthReporter::new(),
             published: AtomicU8::new(UNPUBLISHED),
@@ -56,7 +71,10 @@ impl Health {
 
     /// Whether the server should receive traffic.
     pub fn ready(&self) -> bool {
-        !self.draining.load(Ordering::Acquire) && models_settled(self.infer.repository())
+        let repository = self.infer.repository();
+        !self.draining.load(Ordering::Acquire)
+            && repository.initial_load_settled()
+            && models_ready(repository, self.readiness)
     }
 
     pub fn is_draining(&self) -> bool {
@@ -128,18 +146,49 @@ fn readiness(ready: bool) -> Response {
     response
 }
 
-/// Whether every model has settled: it serves a version, or none of its versions is still
-/// loading (it failed, or was unloaded, which its status reports). A new version loading
-/// beside a serving one does not make the server unready. Written as an exhaustive match so
-/// that a new state has to decide here whether it blocks readiness.
-fn models_settled(repository: &ModelRepository) -> bool {
-    repository.snapshot().models().all(|model| {
-        model.is_available()
-            || model.versions.values().all(|state| match state {
-                VersionState::Loading => false,
-                VersionState::Available(_) | VersionState::Unloading | VersionState::End { .. } => {
-                    true
-                }
-            })
-    })
+/// Where one model stands, as readiness sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ModelReadiness {
+    Serving,
+    /// Its first version is still loading.
+    Loading,
+    /// Every version was unloaded on purpose (the unload API, or a removed version).
+    Unloaded,
+    /// Nothing serves and nothing is loading: it failed, or has no version folder.
+    Failed,
+}
+
+/// Written as an exhaustive match so that a new state has to decide here how it counts.
+fn model_readiness(model: &ModelRecord) -> ModelReadiness {
+    if model.is_available() {
+        return ModelReadiness::Serving;
+    }
+    let mut unloaded = !model.versions.is_empty();
+    for state in model.versions.values() {
+        match state {
+            VersionState::Loading => return ModelReadiness::Loading,
+            VersionState::Available(_) | VersionState::End { error: Some(_) } => unloaded = false,
+            VersionState::Unloading | VersionState::End { error: None } => {}
+        }
+    }
+    if unloaded {
+        ModelReadiness::Unloaded
+    } else {
+        ModelReadiness::Failed
+    }
+}
+
+/// Whether the models meet `policy`. Either way some model must serve: a server with
+/// nothing to serve is not ready.
+fn models_ready(repository: &ModelRepository, policy: Readiness) -> bool {
+    let snapshot = repository.snapshot();
+    let states: Vec<ModelReadiness> = snapshot.models().map(model_readiness).collect();
+    let any_serving = states.contains(&ModelReadiness::Serving);
+    any_serving
+        && match policy {
+            Readiness::Any => true,
+            Readiness::All => states
+                .iter()
+                .all(|s| matches!(s, ModelReadiness::Serving | ModelReadiness::Unloaded)),
+        }
 }

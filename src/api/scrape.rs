@@ -17,8 +17,14 @@ use crate::repository::VersionState;
 const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// TF Serving's path for the same exposition (its `--monitoring_config_file` default), so
+/// that scrape configs written for TF Serving keep working.
+pub const TF_SERVING_METRICS_PATH: &str = "/monitoring/prometheus/metrics";
+
 pub fn routes() -> Routes<Arc<InferService>> {
-    Routes::new().route("/metrics", get(metrics))
+    Routes::new()
+        .route("/metrics", get(metrics))
+        .route(TF_SERVING_METRICS_PATH, get(metrics))
 }
 
 async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> Response {
@@ -26,6 +32,12 @@ async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> 
     let (regions, bytes) = infer.shm().usage();
     metrics.set_shared_memory(regions, bytes);
     let snapshot = infer.repository().snapshot();
+    metrics.set_model_ready(snapshot.models().flat_map(|model| {
+        model.versions.iter().map(|(version, state)| {
+            let serving = matches!(state, VersionState::Available(_));
+            (model.name.as_str(), *version, serving)
+        })
+    }));
     let loaded = snapshot.models().flat_map(|model| {
         model.versions.values().filter_map(|state| match state {
             VersionState::Available(loaded) => Some(loaded),
@@ -39,7 +51,6 @@ async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> 
             model.batcher.queue_depth(),
         )
     }));
-    metrics.sample_process();
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|accept| accept.to_str().ok())

@@ -129,6 +129,7 @@ pub const ROUTES: &[(&str, Group)] = &[
     ("/livez", Health),
     ("/readyz", Health),
     ("/metrics", Metrics),
+    ("/monitoring/prometheus/metrics", Metrics),
     // gRPC: TF Serving.
     ("/tensorflow.serving.PredictionService/Classify", Inference),
     ("/tensorflow.serving.PredictionService/Regress", Inference),

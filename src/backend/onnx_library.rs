@@ -1,10 +1,14 @@
 //! Finding `libonnxruntime.so` without help from the user: an explicit path, then
-//! `ORT_DYLIB_PATH`, then the project's `.venv` (where `make` installs the onnxruntime wheel).
+//! `ORT_DYLIB_PATH`, then the project's `.venv` (the test environment, `make venv`) or
+//! `.cache/runtime-venv` (the onnxruntime wheel alone, `make runtime`, which `make serve` uses).
 
 use std::path::{Path, PathBuf};
 
 /// What to say when the library cannot be found, on one line.
-pub const HOW_TO_GET_IT: &str = "cannot find the ONNX Runtime library: run `make venv` (installs onnxruntime==1.31.1 into .venv), or set ORT_DYLIB_PATH to a libonnxruntime.so";
+pub const HOW_TO_GET_IT: &str = "cannot find the ONNX Runtime library: run `make runtime` (installs the onnxruntime==1.31.1 wheel alone into .cache/runtime-venv), or set ORT_DYLIB_PATH to a libonnxruntime.so";
+
+/// The environments, relative to a search root, that may hold the onnxruntime wheel.
+const VENVS: [&str; 2] = [".venv", ".cache/runtime-venv"];
 
 /// The library to load. `explicit` is the `--ort-library` flag, `env_path` the value of
 /// `ORT_DYLIB_PATH`; `search_roots` are folders whose `.venv` may hold the wheel.
@@ -18,10 +22,10 @@ pub fn find(
     }
     search_roots
         .iter()
-        .find_map(|root| in_venv(&root.join(".venv")))
+        .find_map(|root| VENVS.iter().find_map(|venv| in_venv(&root.join(venv))))
 }
 
-/// Folders to look for `.venv` in: the working directory and every ancestor of the executable
+/// Folders to look for the environments in: the working directory and every ancestor of the executable
 /// (so `target/release/tensorport` finds the checkout's `.venv`).
 pub fn default_search_roots() -> Vec<PathBuf> {
     let mut roots = Vec::new();

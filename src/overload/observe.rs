@@ -1,20 +1,26 @@
 //! The outermost layer: gives each request an id, a [`RequestContext`] (protocol, deadline) and
-//! a `tracing` span, and when the answer leaves, counts it, times it and logs one line.
+//! a `tracing` span, and when the answer leaves, counts it, times it, logs one debug line and
+//! (with `--access-log`) writes its access-log line.
 
 use std::future::Future;
 use std::marker::PhantomData;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use axum::http::{header, HeaderValue, Request, Response, Version};
+use axum::body::HttpBody;
+use axum::extract::ConnectInfo;
+use axum::http::{header, HeaderMap, HeaderValue, Request, Response, Version};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
+use tonic::transport::server::TcpConnectInfo;
 use tower::Service;
 use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span};
 
+use super::access_log::{AccessEntry, AccessLog};
 use super::drain::RequestBody;
 use super::refusal::{BodyUnread, Outcome, Refusal, Refused, Transport};
 use crate::metrics::Metrics;
@@ -26,6 +32,8 @@ pub struct Observer {
     pub ids: RequestIds,
     /// Deadline for requests whose client set none.
     pub default_timeout: Option<Duration>,
+    /// `None`: `--access-log off`.
+    pub access_log: Option<AccessLog>,
 }
 
 pub struct Observe<S, B> {
@@ -58,7 +66,7 @@ impl<S, ReqBody, B> Service<Request<ReqBody>> for Observe<S, B>
 where
     S: Service<Request<ReqBody>, Response = Response<B>>,
     ReqBody: RequestBody,
-    B: Transport,
+    B: Transport + HttpBody,
 {
     type Response = Response<B>;
     type Error = S::Error;
@@ -93,11 +101,19 @@ where
             .and_then(|timeout| timeout.or(self.observer.default_timeout))
             .and_then(|timeout| started.checked_add(timeout));
         let context = Arc::new(RequestContext::new(id, protocol, deadline));
+        let access = self.observer.access_log.is_some().then(|| Access {
+            time: SystemTime::now(),
+            client: client_address(&request),
+            method: request.method().as_str().to_owned(),
+            path: path.to_owned(),
+            bytes_in: content_length(request.headers()),
+        });
         let record = Record {
             context: context.clone(),
             observer: self.observer.clone(),
             started,
             span: span.clone(),
+            access,
             // A refusal of an HTTP/1 request with a body too large to drain closes the
             // connection (see `drain`).
             close_after_refusal: !B::GRPC
@@ -145,7 +161,7 @@ pin_project! {
 impl<F, E, B> Future for ObserveFuture<F, B>
 where
     F: Future<Output = Result<Response<B>, E>>,
-    B: Transport,
+    B: Transport + HttpBody,
 {
     type Output = Result<Response<B>, E>;
 
@@ -172,7 +188,11 @@ where
             Err(err) => {
                 // Services below never fail (errors are answers); if one did, the transport
                 // turns it into a 500 / INTERNAL.
-                record.finish(Outcome::Failed(crate::error::ErrorKind::Internal), None);
+                record.finish(
+                    Outcome::Failed(crate::error::ErrorKind::Internal),
+                    None,
+                    None,
+                );
                 Err(err)
             }
         })
@@ -185,7 +205,7 @@ struct Pending(Option<Record>);
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(record) = self.0.take() {
-            record.finish(Outcome::Cancelled, None);
+            record.finish(Outcome::Cancelled, None, None);
         }
     }
 }
@@ -196,10 +216,57 @@ struct Record {
     started: Instant,
     span: Span,
     close_after_refusal: bool,
+    /// What the access log needs from the request; `None` when it is off.
+    access: Option<Access>,
+}
+
+/// The request's side of an access-log line, taken when it arrives.
+struct Access {
+    time: SystemTime,
+    client: Option<SocketAddr>,
+    method: String,
+    path: String,
+    bytes_in: Option<u64>,
+}
+
+/// The peer, from axum's `ConnectInfo` or tonic's `TcpConnectInfo`.
+fn client_address<T>(request: &Request<T>) -> Option<SocketAddr> {
+    let extensions = request.extensions();
+    extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| *addr)
+        .or_else(|| {
+            extensions
+                .get::<TcpConnectInfo>()
+                .and_then(TcpConnectInfo::remote_addr)
+        })
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// The status the access log shows: the HTTP status, or for gRPC the status code (a success
+/// carries it in the trailers, so no header means 0, OK).
+fn logged_status<B: Transport>(response: &Response<B>) -> u16 {
+    if !B::GRPC {
+        return response.status().as_u16();
+    }
+    response
+        .headers()
+        .get("grpc-status")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(0)
 }
 
 impl Record {
-    fn answered<B: Transport>(self, response: &mut Response<B>) {
+    fn answered<B: Transport + HttpBody>(self, response: &mut Response<B>) {
         if let Ok(id) = HeaderValue::from_str(self.context.id()) {
             response.headers_mut().insert(REQUEST_ID_HEADER, id);
         }
@@ -214,7 +281,12 @@ impl Record {
         let outcome = B::outcome(response);
         let marked = response.extensions().get::<Refused>().map(|r| r.0);
         let status = response.status().as_u16();
-        self.finish(outcome, Some(status));
+        let bytes_out = response.body().size_hint().exact();
+        self.finish(outcome, Some(status), bytes_out);
+        if let Some(access) = &self.access {
+            // The HTTP status is 200 on every gRPC answer; the log shows the gRPC code.
+            self.write_access(access, outcome, Some(logged_status(response)), bytes_out);
+        }
         if let Some(reason) = marked.or_else(|| outcome.implied_reason()) {
             self.observer
                 .metrics
@@ -222,7 +294,40 @@ impl Record {
         }
     }
 
-    fn finish(&self, outcome: Outcome, status: Option<u16>) {
+    fn write_access(
+        &self,
+        access: &Access,
+        outcome: Outcome,
+        status: Option<u16>,
+        bytes_out: Option<u64>,
+    ) {
+        let Some(log) = &self.observer.access_log else {
+            return;
+        };
+        log.write(&AccessEntry {
+            time: access.time,
+            client: access.client,
+            method: &access.method,
+            path: &access.path,
+            protocol: self.context.protocol().label(),
+            model: self.context.model(),
+            status,
+            outcome: outcome.label(),
+            duration: self.started.elapsed(),
+            request_id: self.context.id(),
+            bytes_in: access.bytes_in,
+            bytes_out,
+        });
+    }
+
+    /// Counts and logs the request; an answer that never came (`status` `None`) still gets
+    /// its access-log line here.
+    fn finish(&self, outcome: Outcome, status: Option<u16>, bytes_out: Option<u64>) {
+        if status.is_none() {
+            if let Some(access) = &self.access {
+                self.write_access(access, outcome, None, bytes_out);
+            }
+        }
         let took = self.started.elapsed();
         let protocol = self.context.protocol();
         let model = self.context.model();

@@ -60,11 +60,14 @@ pub struct BodyUnread;
 pub struct Refused(pub RefusalReason);
 
 /// What became of a request, as the `outcome` label says it: the `error_type` of the error
-/// table, `ok`, or `cancelled`.
+/// table, `ok`, `cancelled`, or the name of an HTTP status the table has no row for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Ok,
     Failed(ErrorKind),
+    /// An HTTP answer outside the error table, such as 405 or 413 from the router or the body
+    /// limit, named for its status (`method_not_allowed`), not passed off as a table row.
+    Rejected(&'static str),
     /// The client went away (or its own deadline ended the call) before the answer.
     Cancelled,
 }
@@ -74,6 +77,7 @@ impl Outcome {
         match self {
             Self::Ok => "ok",
             Self::Failed(kind) => kind.table().error_type,
+            Self::Rejected(name) => name,
             Self::Cancelled => "cancelled",
         }
     }
@@ -128,12 +132,27 @@ impl Transport for axum::body::Body {
         let kind = ErrorKind::ALL
             .into_iter()
             .find(|kind| kind.table().http_status == status.as_u16());
-        Outcome::Failed(kind.unwrap_or(if status.is_client_error() {
-            // 405, 413 and the like: the request was wrong.
-            ErrorKind::InvalidArgument
-        } else {
-            ErrorKind::Internal
-        }))
+        match kind {
+            Some(kind) => Outcome::Failed(kind),
+            None if status.is_client_error() => Outcome::Rejected(client_error_name(status)),
+            None => Outcome::Failed(ErrorKind::Internal),
+        }
+    }
+}
+
+/// The outcome name of a 4xx status outside the error table.
+fn client_error_name(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::NOT_ACCEPTABLE => "not_acceptable",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::LENGTH_REQUIRED => "length_required",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::URI_TOO_LONG => "uri_too_long",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable_entity",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "headers_too_large",
+        _ => "client_error",
     }
 }
 

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -19,7 +20,8 @@ use super::confine::{check_model_name, ConfineError, ModelRoots};
 use super::model_config::ModelConfig;
 use super::{
     scan_model, subfolders, warmup, warmup_log, LoadedModel, Loader, ModelRecord, ScanError,
-    Snapshot, VersionFolder, VersionPolicy, VersionState, WarmupConfig,
+    Snapshot, VersionFolder, VersionPolicy, VersionState, WarmupConfig, EXPECTED_LAYOUT,
+    ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
 };
 use tokio::sync::oneshot;
 
@@ -51,6 +53,20 @@ struct Control {
     served: Option<BTreeMap<String, ServedModel>>,
     /// Closed when the loaded version is dropped: a retiring version is UNLOADING until then.
     alive: HashMap<(String, u64), oneshot::Receiver<()>>,
+    /// The problem last logged for each model folder: a poll logs a problem only when it
+    /// differs, so an operator reads it once rather than every `--model-poll-secs`.
+    reported: HashMap<String, String>,
+}
+
+impl Control {
+    /// Whether `problem` is news for `model` (worth a log line); remembers it either way.
+    fn is_new_problem(&mut self, model: &str, problem: &str) -> bool {
+        if self.reported.get(model).is_some_and(|last| last == problem) {
+            return false;
+        }
+        self.reported.insert(model.to_owned(), problem.to_owned());
+        true
+    }
 }
 
 /// Sizes and modification times of a version folder's files.
@@ -59,6 +75,8 @@ type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 /// A model as found on disk, with its settings.
 struct Source {
     name: String,
+    /// The model's folder.
+    path: PathBuf,
     versions: Vec<VersionFolder>,
     config: Result<ModelConfig, String>,
     policy_override: Option<VersionPolicy>,
@@ -77,6 +95,9 @@ pub struct ModelRepository {
     control: tokio::sync::Mutex<Control>,
     /// Applied to every backend right after it loads, before warmup; none in production.
     decorate: Option<BackendDecorator>,
+    /// Set once the first reconciliation has finished, whatever its outcome: until then the
+    /// server is live but not ready.
+    initial_load_settled: AtomicBool,
 }
 
 /// Wraps a freshly loaded backend of the named model, for instance to observe its runs or
@@ -93,6 +114,7 @@ impl ModelRepository {
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             control: tokio::sync::Mutex::new(Control::default()),
             decorate: None,
+            initial_load_settled: AtomicBool::new(false),
         }
     }
 
@@ -107,6 +129,11 @@ impl ModelRepository {
     pub fn with_allowed_roots(mut self, roots: &[PathBuf]) -> std::io::Result<Self> {
         self.roots.allow(roots)?;
         Ok(self)
+    }
+
+    /// Whether the first reconciliation (the load at start-up) has finished.
+    pub fn initial_load_settled(&self) -> bool {
+        self.initial_load_settled.load(Ordering::Acquire)
     }
 
     /// The serving state now.
@@ -141,22 +168,34 @@ impl ModelRepository {
     /// Brings every model in line with the directory (or the served list).
     pub async fn reconcile(&self) -> Result<(), ScanError> {
         let mut control = self.control.lock().await;
-        self.reconcile_locked(&mut control, None).await
+        let result = self.reconcile_locked(&mut control, None).await;
+        self.initial_load_settled.store(true, Ordering::Release);
+        result
     }
 
     /// Polls the directory every `period` until the task is aborted.
     pub fn watch(self: Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(period);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::spawn(self.poll(period))
+    }
+
+    /// Polls the directory every `period`, forever; the first poll is one period from now.
+    pub async fn poll(self: Arc<Self>, period: Duration) {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        // Logged when it starts or changes, not on every tick.
+        let mut last_error = None;
+        loop {
             ticks.tick().await;
-            loop {
-                ticks.tick().await;
-                if let Err(err) = self.reconcile().await {
-                    tracing::error!(error = %err, "cannot poll the model directory");
+            let error = self.reconcile().await.err().map(|err| err.to_string());
+            if error != last_error {
+                match &error {
+                    Some(error) => tracing::error!(%error, "cannot poll the model directory"),
+                    None => tracing::info!("the model directory can be read again"),
                 }
             }
-        })
+            last_error = error;
+        }
     }
 
     /// Loads `name` (again): clears an earlier unload and reconciles it now.
@@ -231,6 +270,7 @@ impl ModelRepository {
                 policy_override: served.and_then(|m| m.policy.clone()),
                 labels_override: served.and_then(|m| m.labels.clone()),
                 name,
+                path,
                 versions,
             });
         }
@@ -268,6 +308,7 @@ impl ModelRepository {
             self.publish(|snapshot| {
                 snapshot.models.remove(&name);
             });
+            control.reported.remove(&name);
             tracing::info!(model = %name, "model removed");
         }
 
@@ -297,7 +338,9 @@ impl ModelRepository {
                         );
                     }
                 }
-                tracing::error!(model = %source.name, error = %message, "invalid model settings");
+                if control.is_new_problem(&source.name, message) {
+                    tracing::error!(model = %source.name, error = %message, "invalid model settings");
+                }
                 return;
             }
         };
@@ -309,14 +352,21 @@ impl ModelRepository {
         {
             Ok(policy) => policy,
             Err(message) => {
-                tracing::error!(model = %source.name, error = %message, "invalid version policy");
+                if control.is_new_problem(&source.name, &message) {
+                    tracing::error!(model = %source.name, error = %message, "invalid version policy");
+                }
                 return;
             }
         };
         let on_disk: Vec<u64> = source.versions.iter().map(|v| v.version).collect();
         let aspired = policy.aspired(&on_disk);
         if source.versions.is_empty() {
-            tracing::warn!(model = %source.name, "model folder has no numeric version folder");
+            let problem = no_version_problem(&source.path);
+            if control.is_new_problem(&source.name, &problem) {
+                tracing::warn!(model = %source.name, "{problem}");
+            }
+        } else {
+            control.reported.remove(&source.name);
         }
         self.publish(|snapshot| {
             let record = snapshot
@@ -398,6 +448,7 @@ impl ModelRepository {
         config: &ModelConfig,
     ) -> Result<oneshot::Receiver<()>, ()> {
         tracing::info!(model, version = folder.version, "loading");
+        self.loader.metrics.register_model(model);
         if !config.ignored.is_empty() {
             tracing::warn!(
                 model,
@@ -488,7 +539,20 @@ impl ModelRepository {
                 Ok(alive_rx)
             }
             Err(error) => {
-                tracing::error!(model, version = folder.version, %error, "failed to load; the serving version stays");
+                let serving = self
+                    .snapshot()
+                    .model(model)
+                    .ok()
+                    .and_then(|record| record.latest().ok())
+                    .map(|loaded| loaded.version);
+                match serving {
+                    Some(serving) => {
+                        tracing::error!(model, version = folder.version, %error, serving, "failed to load; the serving version stays")
+                    }
+                    None => {
+                        tracing::error!(model, version = folder.version, %error, "failed to load; no version of this model serves")
+                    }
+                }
                 self.set_state(
                     model,
                     folder.version,
@@ -561,6 +625,21 @@ impl ModelRepository {
             self.set_state(&model, version, VersionState::End { error: None });
             tracing::info!(model = %model, version, "unloaded");
         }
+    }
+}
+
+/// What is wrong with a model folder that has no version folder, and how to fix it.
+fn no_version_problem(folder: &Path) -> String {
+    let loose = [ONNX_MODEL_FILE, TORCH_MODEL_FILE, SAVED_MODEL_FILE]
+        .into_iter()
+        .find(|file| folder.join(file).is_file());
+    match loose {
+        Some(file) => format!(
+            "model folder has no numeric version folder: move {file} into a version folder \
+             such as {}; {EXPECTED_LAYOUT}",
+            folder.join("1").join(file).display()
+        ),
+        None => format!("model folder has no numeric version folder; {EXPECTED_LAYOUT}"),
     }
 }
 

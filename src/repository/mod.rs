@@ -24,7 +24,7 @@ pub use model_config::{
 };
 pub use scan::{
     parse_version, scan, scan_model, subfolders, ModelFolder, ScanError, VersionFolder,
-    ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
+    EXPECTED_LAYOUT, ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
 };
 
 use std::collections::BTreeMap;
@@ -332,7 +332,8 @@ impl ModelRecord {
         }
     }
 
-    fn latest(&self) -> Result<Arc<LoadedModel>, Error> {
+    /// The newest available version.
+    pub fn latest(&self) -> Result<Arc<LoadedModel>, Error> {
         self.versions
             .values()
             .rev()

@@ -78,7 +78,16 @@ pub fn parse_version(name: &str) -> Option<u64> {
     name.parse().ok().filter(|&v| v > 0)
 }
 
-/// The visible subfolders of `dir` (symlinks followed), as (name, path).
+/// Folders a file system creates by itself: never a model or a version.
+const SYSTEM_FOLDERS: [&str; 1] = ["lost+found"];
+
+/// The layout a model folder must have, for messages that tell an operator what to fix.
+pub const EXPECTED_LAYOUT: &str = "expected <model-dir>/<model>/<version>/model.onnx (or \
+     model.pt, or saved_model.pb with variables/), where <version> is a positive integer \
+     such as 1";
+
+/// The visible subfolders of `dir` (symlinks followed), as (name, path). Hidden folders and
+/// `lost+found` (the root of many mounted volumes) are skipped.
 pub fn subfolders(dir: &Path) -> Result<Vec<(String, PathBuf)>, ScanError> {
     let read_error = |source| ScanError::Read {
         path: dir.to_path_buf(),
@@ -92,7 +101,7 @@ pub fn subfolders(dir: &Path) -> Result<Vec<(String, PathBuf)>, ScanError> {
             continue;
         };
         // `is_dir` follows symlinks, so a linked model folder counts.
-        if !name.starts_with('.') && path.is_dir() {
+        if !name.starts_with('.') && !SYSTEM_FOLDERS.contains(&name.as_str()) && path.is_dir() {
             out.push((name, path));
         }
     }
@@ -121,6 +130,8 @@ mod tests {
             std::fs::create_dir_all(dir.join("m").join(version))?;
         }
         std::fs::write(dir.join("README.md"), "not a model")?;
+        std::fs::create_dir_all(dir.join("lost+found"))?;
+        std::fs::create_dir_all(dir.join(".snapshot").join("1"))?;
         let models = scan(&dir)?;
         std::fs::remove_dir_all(&dir)?;
         assert_eq!(models.len(), 1);

@@ -130,6 +130,24 @@ impl Gate {
     }
 }
 
+/// A test's handle on a gate, which opens it when dropped (at the end of the test, or when
+/// an assertion fails), so no run stays held and the server can stop.
+pub struct OpenOnDrop(pub Arc<Gate>);
+
+impl std::ops::Deref for OpenOnDrop {
+    type Target = Gate;
+
+    fn deref(&self) -> &Gate {
+        &self.0
+    }
+}
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
 /// A backend behind a gate.
 struct Gated {
     gate: Arc<Gate>,

@@ -1,7 +1,7 @@
 """Starts one real tensorport server for the whole test session.
 
 How the binary is found and started is in tensorport_server.py; the binary comes from
-$TENSORPORT_BIN (default: <repo>/target/debug/tensorport).
+$TENSORPORT_BIN (default: tensorport in cargo's target directory, debug profile).
 It is started as
 
     tensorport serve --model-dir DIR --host 127.0.0.1 --grpc-port 0 --rest-port 0

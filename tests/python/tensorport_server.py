@@ -1,16 +1,21 @@
 """Starts a real tensorport binary on free loopback ports, for any test suite that needs one
 (this folder's, the OpenAPI checks, and the client packages' tests under clients/).
 
-The binary comes from $TENSORPORT_BIN (default: <repo>/target/debug/tensorport). It runs as
+The binary comes from $TENSORPORT_BIN, else from cargo's target directory (as `cargo metadata`
+reports it, so CARGO_TARGET_DIR and build.target-dir are honoured): <target>/debug/tensorport.
+It runs as
 
     tensorport serve --model-dir DIR --host 127.0.0.1 --grpc-port 0 --rest-port 0 [EXTRA...]
 
 and the ports are read back from the line `listening grpc=HOST:PORT rest=HOST:PORT` that it
-writes to stderr.
+writes to stderr as soon as it has bound them. The models load after that; by default
+`start_server` also waits for the line `initial load settled`, so that tests see them.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import signal
@@ -26,6 +31,7 @@ TEST_MODELS = REPO / "tests" / "models"
 STARTUP_TIMEOUT_S = 60
 SHUTDOWN_TIMEOUT_S = 10
 LISTENING_RE = re.compile(r"listening grpc=(\S+) rest=(\S+)")
+SETTLED_RE = re.compile(r"initial load settled")
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes a logger may add
 
 
@@ -55,9 +61,24 @@ def read_log(path: Path) -> str:
         return "<no log>"
 
 
+@functools.cache
+def cargo_target_dir() -> Path:
+    """Where cargo puts build outputs for this workspace (CARGO_TARGET_DIR, build.target-dir,
+    or <repo>/target), as cargo itself says."""
+    try:
+        out = subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=REPO,
+                             capture_output=True, text=True, check=True, timeout=60).stdout
+        return Path(json.loads(out)["target_directory"])
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
+
+
 def server_binary() -> Path:
     # A relative TENSORPORT_BIN (as `make test` passes) is relative to the current directory.
-    return Path(os.environ.get("TENSORPORT_BIN", REPO / "target" / "debug" / "tensorport")).absolute()
+    explicit = os.environ.get("TENSORPORT_BIN")
+    if explicit:
+        return Path(explicit).absolute()
+    return cargo_target_dir() / "debug" / "tensorport"
 
 
 def stop_process(proc: subprocess.Popen) -> None:
@@ -82,8 +103,9 @@ def link_models(model_dir: Path, bases=(EXAMPLE_MODELS, TEST_MODELS)) -> Path:
 
 def start_server(model_dir: Path, log_path: Path, extra_args: list[str] | None = None,
                  host: str = "127.0.0.1", prefix: list[str] | None = None,
-                 preexec_fn=None) -> Server:
-    """Starts the binary serving `model_dir` and waits until it listens. `prefix` is a command
+                 preexec_fn=None, wait_for_models: bool = True) -> Server:
+    """Starts the binary serving `model_dir` and waits until it listens and (unless
+    `wait_for_models` is false) until the load at start-up has settled. `prefix` is a command
     that execs the rest (e.g. `prlimit ... --`), so the process is still the server's;
     `preexec_fn` runs in the child before the binary starts (to lower its descriptor limit,
     say)."""
@@ -98,18 +120,25 @@ def start_server(model_dir: Path, log_path: Path, extra_args: list[str] | None =
 
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     match = None
+    settled = not wait_for_models
+
+    def look() -> None:
+        nonlocal match, settled
+        log = read_log(log_path)
+        match = match or LISTENING_RE.search(log)
+        settled = settled or bool(SETTLED_RE.search(log))
+
     while time.monotonic() < deadline:
-        match = LISTENING_RE.search(read_log(log_path))
-        if match or proc.poll() is not None:
+        look()
+        if (match and settled) or proc.poll() is not None:
             break
         time.sleep(0.05)
-    if not match:
-        # One last look: the process may have written the line just before exiting.
-        match = LISTENING_RE.search(read_log(log_path))
-    if not match:
+    # One last look: the process may have written the line just before exiting.
+    look()
+    if not (match and settled):
         stop_process(proc)
         why = (f"exited with code {proc.returncode}" if proc.returncode is not None
-               else f"did not print the listening line within {STARTUP_TIMEOUT_S}s")
+               else f"did not listen and settle its models within {STARTUP_TIMEOUT_S}s")
         raise ServerStartError(f"tensorport {why}\ncommand: {' '.join(cmd)}\n--- server log ---\n{read_log(log_path)}")
 
     grpc_addr, rest_addr = match.group(1), match.group(2)

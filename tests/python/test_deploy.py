@@ -104,7 +104,7 @@ def _dashboard_queries() -> list[str]:
 
 
 def _metric_names(query: str) -> set[str]:
-    return set(re.findall(r"\b(tensorport_[a-z0-9_]+)", query))
+    return set(re.findall(r"\b((?:tensorport|process)_[a-z0-9_]+)", query))
 
 
 def test_dashboard_queries_parse(tmp_path):
@@ -150,3 +150,4 @@ def test_dashboard_metrics_are_exported_or_planned(http, rest_url):
     unknown = referenced - exported
     assert not unknown, f"the dashboard queries metrics the server does not export: {sorted(unknown)}"
     assert {"tensorport_shared_memory_regions", "tensorport_tensor_copied_bytes_total"} <= referenced
+    assert {"tensorport_model_ready", "process_cpu_seconds_total"} <= referenced

@@ -140,6 +140,7 @@ CASES = [
     ("POST", "/v2/cudasharedmemory/region/{region}/unregister", {"region": "gpu"}, {}, 200),
     ("POST", "/v2/cudasharedmemory/unregister", {}, {}, 200),
     ("GET", "/metrics", {}, {}, 200),
+    ("GET", "/monitoring/prometheus/metrics", {}, {}, 200),
 ]
 
 

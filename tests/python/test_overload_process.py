@@ -27,9 +27,12 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 
+from tensorport_server import server_binary
 from tfs import REPO, TEST_MODELS
 
 LISTENING = re.compile(r'listening grpc=(\S+) rest=(\S+)|"message":"listening","grpc":"([^"]+)","rest":"([^"]+)"')
+# The ports are bound before the models load; the tests need the models.
+SETTLED = re.compile(r'initial load settled|"message":"initial load settled"')
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # About 6 us per round: over a second per request on one core, several times longer than the
 # steps that must happen while requests are in flight take on a loaded machine. The process
@@ -39,7 +42,7 @@ SLOW_ROUNDS = 200_000
 
 class Proc:
     def __init__(self, tmp: Path, *extra: str, env: dict | None = None):
-        binary = Path(os.environ.get("TENSORPORT_BIN", REPO / "target" / "debug" / "tensorport")).absolute()
+        binary = server_binary()
         self.log_path = tmp / "server.log"
         cmd = [str(binary), "serve", "--model-dir", str(TEST_MODELS), "--host", "127.0.0.1",
                "--grpc-port", "0", "--rest-port", "0", *extra]
@@ -48,11 +51,13 @@ class Proc:
                                             env={**os.environ, **(env or {})}, cwd=REPO)
         deadline = time.monotonic() + 60
         match = None
-        while time.monotonic() < deadline and match is None and self.process.poll() is None:
+        settled = False
+        while time.monotonic() < deadline and not (match and settled) and self.process.poll() is None:
             match = LISTENING.search(self.log())
+            settled = bool(SETTLED.search(self.log()))
             time.sleep(0.05)
         match = match or LISTENING.search(self.log())
-        if not match:
+        if not (match and SETTLED.search(self.log())):
             self.kill()
             pytest.fail(f"server did not start:\n{self.log()}", pytrace=False)
         # Text logs fill groups 1 and 2, JSON logs 3 and 4.
@@ -185,7 +190,7 @@ def test_a_scrape_under_load_passes_promtool(tmp_path):
                      "tensorport_queue_wait_seconds_bucket", "tensorport_inference_duration_seconds_bucket",
                      "tensorport_batch_size_rows_bucket", "tensorport_queue_depth_requests",
                      "tensorport_requests_in_flight", "tensorport_model_loads_total",
-                     "tensorport_model_load_failures_total", "tensorport_process_resident_memory_bytes",
+                     "tensorport_model_load_failures_total", "process_resident_memory_bytes",
                      "tensorport_shared_memory_mapped_bytes"):
             assert f"\n{name}" in scrape.text, name
     finally:

@@ -18,6 +18,17 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// `<target>/<profile>/tensorport`: this test runs as `<target>/<profile>/deps/<test>`, and
+/// `cargo build --bins` of the same profile puts the server two levels up, wherever
+/// CARGO_TARGET_DIR or build.target-dir put the target directory.
+fn built_beside_this_test() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|profile| profile.join("tensorport"))
+        .expect("the test runs from <target>/<profile>/deps")
+}
+
 fn ort_library() -> PathBuf {
     let env_path = std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from);
     onnx_library::find(None, env_path.as_deref(), &[repo_root()])
@@ -35,7 +46,7 @@ impl Server {
     fn start() -> Self {
         let binary = std::env::var_os("TENSORPORT_BIN")
             .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target/debug/tensorport"));
+            .unwrap_or_else(built_beside_this_test);
         assert!(
             binary.exists(),
             "no server binary at {}: run `cargo build --bins` or set TENSORPORT_BIN",
@@ -60,10 +71,13 @@ impl Server {
             .expect("server starts");
         let stderr = child.stderr.take().expect("server stderr");
         let mut lines = BufReader::new(stderr).lines();
-        let listening = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|line| {
+        let mut listening = None;
+        // The ports are bound first; the models serve once the load at start-up settles.
+        for line in lines.by_ref().map_while(Result::ok) {
+            if line.contains("initial load settled") {
+                break;
+            }
+            listening = listening.or_else(|| {
                 let fields = line.split("listening ").nth(1)?;
                 let field = |key: &str| {
                     fields
@@ -72,8 +86,9 @@ impl Server {
                         .map(str::to_owned)
                 };
                 Some((field("grpc=")?, field("rest=")?))
-            })
-            .unwrap_or_else(|| panic!("the server exited before listening"));
+            });
+        }
+        let listening = listening.unwrap_or_else(|| panic!("the server exited before listening"));
         // Keep draining the log so the server never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
         Self {

@@ -1,5 +1,7 @@
-//! The client against the real server binary (`target/debug/tensorport`, or $TENSORPORT_BIN),
-//! started on free loopback ports with `examples/models`. Build it first: `cargo build --bins`.
+//! The client against the real server binary ($TENSORPORT_BIN, else `tensorport` in the cargo
+//! target directory this test was built into, wherever CARGO_TARGET_DIR or build.target-dir
+//! put it), started on free loopback ports with `examples/models`. Build it first:
+//! `cargo build --bins`.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -29,10 +31,20 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// `<target>/<profile>/tensorport`: this test runs as `<target>/<profile>/deps/<test>`, and
+/// `cargo build --bins` of the same profile puts the server binary two levels up.
+fn built_beside_this_test() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|profile| profile.join("tensorport"))
+        .expect("the test runs from <target>/<profile>/deps")
+}
+
 fn start_server() -> Server {
     let binary = std::env::var_os("TENSORPORT_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/debug/tensorport"));
+        .unwrap_or_else(built_beside_this_test);
     let binary = if binary.is_relative() {
         repo().join(binary)
     } else {
@@ -61,30 +73,28 @@ fn start_server() -> Server {
     let stderr = child.stderr.take().expect("stderr is piped");
     let (tx, rx) = mpsc::channel();
     // Reads the log until the process ends, so the pipe never fills and blocks the server.
+    // The server listens first and loads its models after; it is ready for these tests once
+    // it says the load at start-up has settled.
     std::thread::spawn(move || {
+        let mut addr = None;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if let Some(rest) = line.split("listening grpc=").nth(1) {
-                let addr = rest
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                let _ = tx.send(Ok(addr));
-            } else {
-                let _ = tx.send(Err(line));
+                addr = rest.split_whitespace().next().map(str::to_owned);
             }
+            let settled = line.contains("initial load settled");
+            let _ = tx.send((line, addr.clone().filter(|_| settled)));
         }
     });
     let mut log = Vec::new();
     loop {
         match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(addr)) => {
+            Ok((_, Some(addr))) => {
                 return Server {
                     child,
                     grpc: format!("http://{addr}"),
                 }
             }
-            Ok(Err(line)) => log.push(line),
+            Ok((line, None)) => log.push(line),
             Err(_) => panic!("the server did not start:\n{}", log.join("\n")),
         }
     }
