@@ -21,6 +21,7 @@
 //! - [`overload`]: the tower stack both servers run, read top to bottom as policy.
 //! - [`request`]: what travels with a request besides its body (id, protocol, deadline).
 //! - [`metrics`]: every Prometheus metric, built once and passed in.
+//! - [`build_info`]: the version and the backends compiled in (`--version`, `build_info`).
 //! - [`server`]: binds nothing itself; takes listeners and a shutdown future, and drains.
 
 pub mod api;
