@@ -45,7 +45,7 @@ serve: runtime $(call native_libs,$(FEATURES))
 		serve --model-dir $(MODEL_DIR) --grpc-port $(GRPC_PORT) --rest-port $(REST_PORT)
 
 ## runtime: what the server needs to run, apart from itself: ONNX Runtime's library (the
-## onnxruntime wheel without its Python dependencies, about 17 MB) in .cache/runtime-venv
+## onnxruntime wheel without its Python dependencies, a 24 MB download) in .cache/runtime-venv
 runtime: $(RUNTIME_STAMP)
 
 $(RUNTIME_STAMP): requirements-dev.txt

@@ -386,27 +386,22 @@ impl ServeArgs {
 }
 
 /// A hint for a command line that gives `serve`'s flags without `serve` (as TF Serving's and
-/// Triton's binaries, which have no subcommand, are used).
+/// Triton's binaries, which have no subcommand, are run): `None` when `serve` or a help or
+/// version request comes first, or when no flag was given at all.
 pub fn missing_serve_hint(args: &[OsString]) -> Option<String> {
-    let first = args.get(1)?.to_str()?;
-    let asks_for_help = ["-h", "--help", "-V", "--version", "help"].contains(&first);
-    if first == "serve"
-        || asks_for_help
-        || !args
-            .iter()
-            .skip(1)
-            .any(|a| a.to_str().is_some_and(|a| a.starts_with("--")))
-    {
-        return None;
-    }
-    let rest: Vec<String> = args
+    let given: Vec<String> = args
         .iter()
         .skip(1)
         .map(|arg| arg.to_string_lossy().into_owned())
         .collect();
+    let first = given.first()?;
+    let not_for_serve = ["serve", "help", "-h", "--help", "-V", "--version"];
+    if not_for_serve.contains(&first.as_str()) || !given.iter().any(|arg| arg.starts_with("--")) {
+        return None;
+    }
     Some(format!(
         "hint: the server runs as a subcommand: tensorport serve {}",
-        rest.join(" ")
+        given.join(" ")
     ))
 }
 
@@ -714,5 +709,29 @@ mod tests {
         std::fs::remove_dir_all(&dir)?;
         assert!(matches!(err, Err(ConfigError::UnknownKey { key, .. }) if key == "grcp_port"));
         Ok(())
+    }
+
+    #[test]
+    fn flags_without_serve_get_a_hint_and_nothing_else_does() {
+        assert_eq!(
+            missing_serve_hint(&args(&["tensorport", "--model-dir", "m"])).as_deref(),
+            Some("hint: the server runs as a subcommand: tensorport serve --model-dir m")
+        );
+        for line in [
+            &["tensorport", "serve", "--model-dir", "m"][..],
+            &["tensorport", "--help"],
+            &["tensorport", "--version"],
+            &["tensorport", "help"],
+            &["tensorport"],
+            &["tensorport", "sevre"],
+        ] {
+            assert_eq!(missing_serve_hint(&args(line)), None, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn the_version_names_the_backends() {
+        let version = Cli::command().render_version();
+        assert!(version.contains("(backends: onnx"), "{version}");
     }
 }

@@ -22,6 +22,7 @@
 //! - [`auth`]: which API groups a bearer token may use (`--auth-token-file`).
 //! - [`request`]: what travels with a request besides its body (id, protocol, deadline).
 //! - [`metrics`]: every Prometheus metric, built once and passed in.
+//! - [`build_info`]: the version and the backends compiled in (`--version`, `build_info`).
 //! - [`server`]: binds nothing itself; takes listeners and a shutdown future, and drains.
 //! - [`transport`]: accepting, TLS and the connection limits of every port.
 

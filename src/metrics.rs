@@ -5,7 +5,7 @@
 
 mod process;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -87,11 +87,25 @@ struct RequestLabels {
     outcome: &'static str,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
 struct LatencyLabels {
     model: String,
-    version: String,
     protocol: &'static str,
+    version: String,
+}
+
+/// `version` is left out when empty (a request that resolved no model): in PromQL an absent
+/// label and an empty one are the same, and series without a model keep the labels they
+/// had before versions were recorded.
+impl EncodeLabelSet for LatencyLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+        ("model", self.model.as_str()).encode(encoder.encode_label())?;
+        ("protocol", self.protocol).encode(encoder.encode_label())?;
+        if !self.version.is_empty() {
+            ("version", self.version.as_str()).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -541,7 +555,7 @@ mod tests {
             "tensorport_model_loads_total{model=\"m\"} 1",
             "tensorport_batch_size_rows_bucket{le=\"8.0\",model=\"m\",version=\"2\"} 1",
             "tensorport_queue_depth_requests{model=\"m\",version=\"2\"} 5",
-            "tensorport_request_duration_seconds_count{model=\"m\",version=\"2\",protocol=\"kserve-grpc\"} 1",
+            "tensorport_request_duration_seconds_count{model=\"m\",protocol=\"kserve-grpc\",version=\"2\"} 1",
             "tensorport_inference_duration_seconds_sum",
             "tensorport_model_ready{model=\"m\",version=\"2\"} 1",
             "tensorport_model_ready{model=\"m\",version=\"3\"} 0",

@@ -25,6 +25,9 @@ use tensorport::tensor::DecodeLimits;
 use tensorport::{Listeners, ServerOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 /// A model directory under the system's temporary folder holding links to real models.
 struct ModelDir(PathBuf);
@@ -140,6 +143,20 @@ impl Server {
             .ready)
     }
 
+    /// The overall `grpc.health.v1.Health` status.
+    async fn grpc_health(&self) -> Result<ServingStatus, Box<dyn std::error::Error>> {
+        let channel = tonic::transport::Channel::from_shared(self.grpc.clone())?
+            .connect()
+            .await?;
+        let mut client = HealthClient::new(channel);
+        let response = client
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await?;
+        Ok(response.into_inner().status())
+    }
+
     async fn scrape(&self, path: &str) -> reqwest::Result<String> {
         reqwest::get(format!("{}{path}", self.rest))
             .await?
@@ -165,6 +182,7 @@ async fn probes_answer_before_the_models_load_and_readiness_waits_for_them() -> 
     assert_eq!(server.status("/readyz").await?, 503);
     assert_eq!(server.status("/v2/health/ready").await?, 503);
     assert!(!server.kserve_ready().await?);
+    assert_eq!(server.grpc_health().await?, ServingStatus::NotServing);
     // A request for a model that has not loaded yet is answered, not refused at the socket.
     assert_ne!(server.status("/v2/models/ranker/ready").await?, 200);
 
@@ -172,6 +190,15 @@ async fn probes_answer_before_the_models_load_and_readiness_waits_for_them() -> 
     assert_eq!(server.status("/readyz").await?, 200);
     assert_eq!(server.status("/v2/health/ready").await?, 200);
     assert!(server.kserve_ready().await?);
+    // gRPC health follows within its refresh period; waited for, not timed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.grpc_health().await? != ServingStatus::Serving {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gRPC health never turned SERVING"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     server.stop().await;
     Ok(())
 }

@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def test_the_harness_finds_the_binary_where_cargo_builds(tmp_path):
     env["CARGO_TARGET_DIR"] = str(tmp_path / "elsewhere")
     code = ("import sys; sys.path.insert(0, 'tests/python'); import tensorport_server as t; "
             "print(t.server_binary())")
-    found = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
                            env=env, check=True, timeout=60).stdout.strip()
     assert found == str(tmp_path / "elsewhere" / "debug" / "tensorport")
 
@@ -146,7 +147,7 @@ def test_make_serve_uses_cargo_and_the_runtime_environment_only(tmp_path):
 
 
 def _check_docker_context(dockerfile: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([os.sys.executable, str(REPO / "scripts" / "check_docker_context.py"), str(dockerfile)],
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "check_docker_context.py"), str(dockerfile)],
                           capture_output=True, text=True, cwd=REPO, timeout=120)
 
 

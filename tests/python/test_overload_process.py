@@ -123,6 +123,12 @@ def test_sigterm_drains_requests_in_flight_refuses_new_ones_and_exits_0(tmp_path
                 time.sleep(0.01)
 
             server.process.send_signal(signal.SIGTERM)
+            # The signal arrives asynchronously: the server says when it has turned readiness
+            # false, and only then is the answer below defined.
+            deadline = time.monotonic() + 10
+            while "readiness is now false" not in server.log():
+                assert time.monotonic() < deadline, f"SIGTERM never turned readiness false:\n{server.log()}"
+                time.sleep(0.005)
             # Readiness turns false while the listener still accepts (the shutdown delay).
             ready = requests.get(f"{server.rest_url}/readyz", timeout=5)
             assert ready.status_code == 503 and ready.json() == {"ready": False}
