@@ -146,6 +146,27 @@ async fn trickling_bodies_hold_no_request_slots_and_are_cut_off() -> TestResult 
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_announced_over_the_limit_is_refused_without_being_waited_for() -> TestResult {
+    let options = ServerOptions {
+        max_request_bytes: 1 << 20,
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start_with(MODELS, BatchSettings::default(), options).await;
+    let mut stream = TcpStream::connect(host(&server.rest_url)).await?;
+    // 10 MiB announced, none sent: the answer cannot depend on the body arriving.
+    stream
+        .write_all(
+            b"POST /v2/models/ranker/infer HTTP/1.1\r\nhost: x\r\n\
+              content-type: application/json\r\ncontent-length: 10485760\r\n\r\n",
+        )
+        .await?;
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    server.stop().await;
+    Ok(())
+}
+
 /// A gRPC call with `message` as its one length-prefixed message, over a raw HTTP/2 client.
 fn grpc_request(server: &TestServer, method: &str) -> http::Request<()> {
     http::Request::post(format!(

@@ -287,6 +287,12 @@ impl<W: Wire, S: App<W>> hyper::service::Service<Request<Incoming>> for ConnServ
             let tracked = |response: Response<W::ResponseBody>| {
                 response.map(|inner| Tracked { inner, _busy: busy })
             };
+            // A body that announces more than the limit is refused at once, without waiting
+            // for bytes that would not be taken.
+            let announced = body.size_hint().lower();
+            if announced > u64::try_from(limit).unwrap_or(u64::MAX) {
+                return Ok(tracked(W::body_too_large(announced, limit)));
+            }
             let received = if body.is_end_stream() || W::streams(parts.uri.path()) {
                 Received::streaming(body)
             } else {
