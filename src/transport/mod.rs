@@ -46,12 +46,14 @@ pub struct TransportSettings {
     /// Open connections on the HTTP and gRPC ports together; `None`: derived from the
     /// descriptor limit when the server starts (see [`limits::default_max_connections`]).
     pub max_connections: Option<usize>,
-    /// From accepting a connection to the end of its TLS handshake, and from the first byte
-    /// of an HTTP/1 request head to its end.
+    /// From accepting a connection to the end of its TLS handshake; over HTTP/1, from the
+    /// connection's start or the previous answer to the end of the next request head (hyper
+    /// runs this timer while a kept-alive connection waits, so it also bounds HTTP/1 idling).
     pub header_read_timeout: Duration,
     /// From a request's head to the end of its body.
     pub body_read_timeout: Duration,
-    /// How long a connection may stay open with no request in flight.
+    /// How long a connection may stay open with no request in flight (HTTP/2 above all;
+    /// see `header_read_timeout` for HTTP/1).
     pub idle_timeout: Duration,
     /// How often an HTTP/2 connection is pinged; `None`: never.
     pub http2_keepalive_interval: Option<Duration>,
