@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tonic::transport::server::TcpConnectInfo;
 use tower::{Service, ServiceExt};
 
-use super::body::Received;
+use super::body::{ReceiveBudget, Received};
 use super::wire::Wire;
 use super::{Endpoint, TransportSettings};
 
@@ -114,6 +114,7 @@ pub async fn run<W: Wire, S: App<W>>(accepted: Accepted<S>) {
         activity: Activity::default(),
         body_read_timeout: settings.body_read_timeout,
         max_body_bytes: endpoint.max_body_bytes,
+        receiving: endpoint.pools.receiving.clone(),
         _wire: PhantomData,
     };
     match &endpoint.tls {
@@ -258,6 +259,7 @@ struct ConnService<W, S> {
     activity: Activity,
     body_read_timeout: Duration,
     max_body_bytes: usize,
+    receiving: ReceiveBudget,
     _wire: PhantomData<fn() -> W>,
 }
 
@@ -281,6 +283,7 @@ impl<W: Wire, S: App<W>> hyper::service::Service<Request<Incoming>> for ConnServ
         let app = self.app.clone();
         let timeout = self.body_read_timeout;
         let limit = self.max_body_bytes;
+        let receiving = self.receiving.clone();
         let peer = self.peer;
         Box::pin(async move {
             let (parts, body) = request.into_parts();
@@ -296,7 +299,7 @@ impl<W: Wire, S: App<W>> hyper::service::Service<Request<Incoming>> for ConnServ
             let received = if body.is_end_stream() || W::streams(parts.uri.path()) {
                 Received::streaming(body)
             } else {
-                match tokio::time::timeout(timeout, Received::read(body, limit)).await {
+                match tokio::time::timeout(timeout, Received::read(body, limit, &receiving)).await {
                     Ok(Ok(received)) => received,
                     Ok(Err(err)) => {
                         tracing::debug!(%peer, error = %err, "request body unreadable");

@@ -27,7 +27,7 @@ pub mod tls;
 mod wire;
 
 pub use accept::Backoff;
-pub use body::Received;
+pub use body::{ReceiveBudget, Received};
 pub use tls::{Tls, TlsError, TlsFiles};
 pub use wire::{Grpc, Http, Wire};
 
@@ -55,6 +55,9 @@ pub struct TransportSettings {
     /// How long a connection may stay open with no request in flight (HTTP/2 above all;
     /// see `header_read_timeout` for HTTP/1).
     pub idle_timeout: Duration,
+    /// Memory for request bodies being read before their requests are admitted, across
+    /// all connections of the HTTP and gRPC ports.
+    pub max_receiving_bytes: usize,
     /// How often an HTTP/2 connection is pinged; `None`: never.
     pub http2_keepalive_interval: Option<Duration>,
     /// How long a ping may go unanswered before the connection is closed.
@@ -69,38 +72,60 @@ impl Default for TransportSettings {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
+            max_receiving_bytes: DEFAULT_MAX_RECEIVING_BYTES,
             http2_keepalive_interval: Some(Duration::from_secs(30)),
             http2_keepalive_timeout: Duration::from_secs(20),
         }
     }
 }
 
+/// The default of [`TransportSettings::max_receiving_bytes`]: 1 GiB.
+pub const DEFAULT_MAX_RECEIVING_BYTES: usize = 1 << 30;
+
 /// Connections the `--metrics-port` listener may hold, apart from the main cap, so that a
 /// flood on the other ports never locks out the probes and the scraper. Taken from the
 /// descriptors [`limits`] keeps in reserve.
 pub const METRICS_MAX_CONNECTIONS: usize = 64;
 
-/// How one listener serves: its TLS, its share of the connection cap, its timeouts.
+/// What listeners draw on together: open connections, and memory for bodies being read.
+#[derive(Clone)]
+pub struct Pools {
+    connections: Arc<Semaphore>,
+    receiving: ReceiveBudget,
+}
+
+impl Pools {
+    /// Room for `max_connections` connections and `receiving_bytes` of bodies being read
+    /// (at least one body of `max_body_bytes`).
+    pub fn new(max_connections: usize, receiving_bytes: usize, max_body_bytes: usize) -> Self {
+        Self {
+            connections: Arc::new(Semaphore::new(max_connections)),
+            receiving: ReceiveBudget::new(receiving_bytes, max_body_bytes),
+        }
+    }
+}
+
+/// How one listener serves: its TLS, the pools it draws on, its timeouts.
 #[derive(Clone)]
 pub struct Endpoint {
     tls: Option<TlsAcceptor>,
-    connections: Arc<Semaphore>,
+    pools: Pools,
     settings: Arc<TransportSettings>,
-    /// Bodies larger than this are not buffered; the application refuses them.
+    /// Bodies announced larger than this are refused unread.
     max_body_bytes: usize,
 }
 
 impl Endpoint {
-    /// `connections` may be shared with other endpoints, so that they share one cap.
+    /// `pools` may be shared with other endpoints, so that they share one cap.
     pub fn new(
         tls: Option<TlsAcceptor>,
-        connections: Arc<Semaphore>,
+        pools: Pools,
         settings: Arc<TransportSettings>,
         max_body_bytes: usize,
     ) -> Self {
         Self {
             tls,
-            connections,
+            pools,
             settings,
             max_body_bytes,
         }
