@@ -176,8 +176,8 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
 
-    /// Seconds a client has to finish its TLS handshake, and over HTTP/1 to send a request
-    /// head (on a kept-alive connection, counted from the previous answer).
+    /// Seconds a client has to finish its TLS handshake, and over HTTP/1 to send the rest of
+    /// a request head once its first byte has arrived.
     #[arg(long, env = "TENSORPORT_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub header_read_timeout_secs: u64,
@@ -189,8 +189,7 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub body_read_timeout_secs: u64,
 
-    /// Seconds a connection may stay open with no request in flight before it is closed
-    /// (HTTP/1 connections are also held to --header-read-timeout-secs between requests).
+    /// Seconds a connection may stay open with no request in flight before it is closed.
     #[arg(long, env = "TENSORPORT_IDLE_TIMEOUT_SECS", default_value_t = 60, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_secs: u64,

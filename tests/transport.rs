@@ -256,8 +256,8 @@ async fn connections_beyond_the_cap_wait_until_others_close() -> TestResult {
     let server = start(
         TransportSettings {
             max_connections: Some(cap),
-            // Kept-alive HTTP/1 connections are closed after this; here they must stay.
-            header_read_timeout: Duration::from_secs(600),
+            // The idle connections must stay open for the length of the test.
+            idle_timeout: Duration::from_secs(600),
             ..TransportSettings::default()
         },
         512,
@@ -318,6 +318,32 @@ async fn idle_and_silent_connections_are_closed() -> TestResult {
         // Closed by the server: the read ends (with no answer, or an error status).
         read_to_close(stream).await;
     }
+    server.stop().await;
+    Ok(())
+}
+
+/// An idle kept-alive connection is held to the idle timeout, not to the (shorter)
+/// header-read timeout, which only starts with the first byte of the next head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_outlives_the_header_timeout_while_idle() -> TestResult {
+    let server = start(
+        TransportSettings {
+            header_read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(600),
+            ..TransportSettings::default()
+        },
+        512,
+    )
+    .await;
+    let mut kept = open_idle_connection(host(&server.rest_url)).await;
+    let mut body = [0u8; 13];
+    kept.read_exact(&mut body).await?;
+    // Longer than the header-read timeout; only a wrong server closes the connection here.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    kept.write_all(b"GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await?;
+    let head = read_head(&mut kept).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     server.stop().await;
     Ok(())
 }

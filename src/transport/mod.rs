@@ -8,7 +8,8 @@
 //! - [`tls`]: rustls, from PEM files; client certificates required when a CA is given.
 //! - [`connection`]: one connection, served by hyper with timers: the TLS handshake and the
 //!   request head must arrive within the header-read timeout, a connection with no request in
-//!   flight for the idle timeout is closed, HTTP/2 connections are pinged.
+//!   flight for the idle timeout is closed ([`activity`] keeps both), HTTP/2 connections are
+//!   pinged.
 //! - [`body`]: a request's body is read in full (within the body-read timeout) *before* the
 //!   request reaches the overload stack. A client that trickles its body therefore holds a
 //!   connection, which the cap bounds and the timeout ends, but never one of the
@@ -20,6 +21,7 @@
 //! when the last one has.
 
 mod accept;
+mod activity;
 mod body;
 mod connection;
 pub mod limits;
@@ -46,14 +48,12 @@ pub struct TransportSettings {
     /// Open connections on the HTTP and gRPC ports together; `None`: derived from the
     /// descriptor limit when the server starts (see [`limits::default_max_connections`]).
     pub max_connections: Option<usize>,
-    /// From accepting a connection to the end of its TLS handshake; over HTTP/1, from the
-    /// connection's start or the previous answer to the end of the next request head (hyper
-    /// runs this timer while a kept-alive connection waits, so it also bounds HTTP/1 idling).
+    /// From accepting a connection to the end of its TLS handshake, and over HTTP/1 from the
+    /// first byte of a request head to its end.
     pub header_read_timeout: Duration,
     /// From a request's head to the end of its body.
     pub body_read_timeout: Duration,
-    /// How long a connection may stay open with no request in flight (HTTP/2 above all;
-    /// see `header_read_timeout` for HTTP/1).
+    /// How long a connection may stay open with no request in flight.
     pub idle_timeout: Duration,
     /// Memory for request bodies being read before their requests are admitted, across
     /// all connections of the HTTP and gRPC ports.
