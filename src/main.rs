@@ -68,6 +68,10 @@ fn init_logging(format: LogFormat) {
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     let model_dir = args.model_dir.clone().ok_or("--model-dir is required")?;
+    // A certificate that cannot be used stops the server before anything is loaded or bound.
+    if let Some(files) = &args.server_options().transport.tls {
+        tensorport::transport::Tls::load(files).map_err(|err| err.to_string())?;
+    }
     let env_library = std::env::var_os(ORT_DYLIB_PATH)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
