@@ -348,6 +348,54 @@ async fn a_kept_alive_connection_outlives_the_header_timeout_while_idle() -> Tes
     Ok(())
 }
 
+/// An HTTP/2 client that stops answering is found out by the server's pings, even while the
+/// idle timeout is far off: here it speaks the preface and never acknowledges anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_peer_that_does_not_answer_pings_is_disconnected() -> TestResult {
+    let server = start(
+        TransportSettings {
+            idle_timeout: Duration::from_secs(600),
+            http2_keepalive_interval: Some(Duration::from_secs(1)),
+            http2_keepalive_timeout: Duration::from_secs(1),
+            ..TransportSettings::default()
+        },
+        512,
+    )
+    .await;
+    let mut stream = TcpStream::connect(host(&server.grpc_url)).await?;
+    // The preface and an empty SETTINGS frame.
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await?;
+    stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await?;
+    // Read frames (reading acknowledges nothing) until the server closes the connection.
+    let mut pinged = false;
+    loop {
+        let mut header = [0u8; 9];
+        match tokio::time::timeout(HANG, stream.read_exact(&mut header)).await {
+            Err(_) => panic!("the server never closed the connection"),
+            Ok(Err(_)) => break,
+            Ok(Ok(_)) => {}
+        }
+        let length =
+            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let (kind, flags) = (header[3], header[4]);
+        // PING, not an acknowledgement.
+        pinged |= kind == 6 && flags & 1 == 0;
+        let mut payload = vec![0u8; length];
+        if stream.read_exact(&mut payload).await.is_err() {
+            break;
+        }
+    }
+    assert!(
+        pinged,
+        "the server closed the connection without pinging it"
+    );
+    metadata_over_grpc(&server).await?;
+    server.stop().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_idle_connections_do_not_hold_up_shutdown() -> TestResult {
     let server = start(TransportSettings::default(), 512).await;
