@@ -204,8 +204,8 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
 
-    /// Seconds a client has to finish its TLS handshake, and over HTTP/1 to send a request
-    /// head (on a kept-alive connection, counted from the previous answer).
+    /// Seconds a client has to finish its TLS handshake, and over HTTP/1 to send the rest of
+    /// a request head once its first byte has arrived.
     #[arg(long, env = "TENSORPORT_HEADER_READ_TIMEOUT_SECS", default_value_t = 10, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub header_read_timeout_secs: u64,
@@ -217,11 +217,18 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub body_read_timeout_secs: u64,
 
-    /// Seconds a connection may stay open with no request in flight before it is closed
-    /// (HTTP/1 connections are also held to --header-read-timeout-secs between requests).
+    /// Seconds a connection may stay open with no request in flight before it is closed.
     #[arg(long, env = "TENSORPORT_IDLE_TIMEOUT_SECS", default_value_t = 60, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_secs: u64,
+
+    /// Bytes of request bodies being read, before their requests are admitted, across all
+    /// connections of both ports; a body that would go over waits (its sender is slowed)
+    /// until others are done or --body-read-timeout-secs ends it. At least one
+    /// --max-request-bytes body always fits.
+    #[arg(long, env = "TENSORPORT_MAX_RECEIVING_BYTES", value_name = "BYTES",
+          default_value_t = crate::transport::DEFAULT_MAX_RECEIVING_BYTES as u64)]
+    pub max_receiving_bytes: u64,
 
     /// Seconds between HTTP/2 keep-alive pings on an open connection (0: none).
     #[arg(
@@ -358,6 +365,7 @@ impl ServeArgs {
             header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
             body_read_timeout: Duration::from_secs(self.body_read_timeout_secs),
             idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            max_receiving_bytes: usize::try_from(self.max_receiving_bytes).unwrap_or(usize::MAX),
             http2_keepalive_interval: (self.http2_keepalive_interval_secs > 0)
                 .then(|| Duration::from_secs(self.http2_keepalive_interval_secs)),
             http2_keepalive_timeout: Duration::from_secs(self.http2_keepalive_timeout_secs),

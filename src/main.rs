@@ -89,6 +89,12 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         None => Access::open(),
     };
     access.log_summary();
+    // Settings that read files fail here, before any model loads or port is bound.
+    let mut options = args.server_options().map_err(|err| err.to_string())?;
+    options.auth = access;
+    if let Some(files) = &options.transport.tls {
+        tensorport::transport::Tls::load(files).map_err(|err| err.to_string())?;
+    }
     let env_library = std::env::var_os(ORT_DYLIB_PATH)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
@@ -116,9 +122,6 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|err| format!("cannot start the async runtime: {err}"))?;
-    // Settings that read files fail here, before any model loads.
-    let mut options = args.server_options().map_err(|err| err.to_string())?;
-    options.auth = access;
     runtime.block_on(async move {
         // Bind before anything slow: a port conflict fails at once, and probes get answers
         // (live, not yet ready) while the models load.

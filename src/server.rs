@@ -17,7 +17,7 @@ use std::time::Duration;
 use axum::extract::DefaultBodyLimit;
 use axum::{Extension, Router};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tower::Layer;
 
 use crate::api::health::{Health, Readiness};
@@ -32,7 +32,7 @@ use crate::proto::tensorflow::serving::{
     model_service_server::ModelServiceServer, prediction_service_server::PredictionServiceServer,
 };
 use crate::transport::tls::Tls;
-use crate::transport::{self, limits, Endpoint, Grpc, Http, TransportSettings, Wire};
+use crate::transport::{self, limits, Endpoint, Grpc, Http, Pools, TransportSettings, Wire};
 
 /// How often the gRPC health statuses are brought in line with model state.
 const HEALTH_REFRESH: Duration = Duration::from_secs(1);
@@ -202,12 +202,17 @@ pub async fn run(
         "connection limits"
     );
     let settings = Arc::new(options.transport.clone());
-    // One cap for the HTTP and gRPC ports together: they draw on the same descriptors.
-    let connections = Arc::new(Semaphore::new(max_connections));
+    // One cap for the HTTP and gRPC ports together: they draw on the same descriptors and
+    // the same memory.
+    let pools = Pools::new(
+        max_connections,
+        options.transport.max_receiving_bytes,
+        options.max_request_bytes,
+    );
     let endpoint = |alpn: &[&[u8]]| {
         Endpoint::new(
             tls.as_ref().map(|tls| tls.acceptor(alpn)),
-            connections.clone(),
+            pools.clone(),
             settings.clone(),
             options.max_request_bytes,
         )
@@ -239,7 +244,7 @@ pub async fn run(
             // happens on the other ports.
             let endpoint = Endpoint::new(
                 None,
-                Arc::new(Semaphore::new(transport::METRICS_MAX_CONNECTIONS)),
+                Pools::new(transport::METRICS_MAX_CONNECTIONS, 0, 0),
                 settings.clone(),
                 options.max_request_bytes,
             );

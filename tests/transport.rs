@@ -146,6 +146,27 @@ async fn trickling_bodies_hold_no_request_slots_and_are_cut_off() -> TestResult 
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_announced_over_the_limit_is_refused_without_being_waited_for() -> TestResult {
+    let options = ServerOptions {
+        max_request_bytes: 1 << 20,
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start_with(MODELS, BatchSettings::default(), options).await;
+    let mut stream = TcpStream::connect(host(&server.rest_url)).await?;
+    // 10 MiB announced, none sent: the answer cannot depend on the body arriving.
+    stream
+        .write_all(
+            b"POST /v2/models/ranker/infer HTTP/1.1\r\nhost: x\r\n\
+              content-type: application/json\r\ncontent-length: 10485760\r\n\r\n",
+        )
+        .await?;
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    server.stop().await;
+    Ok(())
+}
+
 /// A gRPC call with `message` as its one length-prefixed message, over a raw HTTP/2 client.
 fn grpc_request(server: &TestServer, method: &str) -> http::Request<()> {
     http::Request::post(format!(
@@ -235,8 +256,8 @@ async fn connections_beyond_the_cap_wait_until_others_close() -> TestResult {
     let server = start(
         TransportSettings {
             max_connections: Some(cap),
-            // Kept-alive HTTP/1 connections are closed after this; here they must stay.
-            header_read_timeout: Duration::from_secs(600),
+            // The idle connections must stay open for the length of the test.
+            idle_timeout: Duration::from_secs(600),
             ..TransportSettings::default()
         },
         512,
@@ -297,6 +318,80 @@ async fn idle_and_silent_connections_are_closed() -> TestResult {
         // Closed by the server: the read ends (with no answer, or an error status).
         read_to_close(stream).await;
     }
+    server.stop().await;
+    Ok(())
+}
+
+/// An idle kept-alive connection is held to the idle timeout, not to the (shorter)
+/// header-read timeout, which only starts with the first byte of the next head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_outlives_the_header_timeout_while_idle() -> TestResult {
+    let server = start(
+        TransportSettings {
+            header_read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(600),
+            ..TransportSettings::default()
+        },
+        512,
+    )
+    .await;
+    let mut kept = open_idle_connection(host(&server.rest_url)).await;
+    let mut body = [0u8; 13];
+    kept.read_exact(&mut body).await?;
+    // Longer than the header-read timeout; only a wrong server closes the connection here.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    kept.write_all(b"GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await?;
+    let head = read_head(&mut kept).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    server.stop().await;
+    Ok(())
+}
+
+/// An HTTP/2 client that stops answering is found out by the server's pings, even while the
+/// idle timeout is far off: here it speaks the preface and never acknowledges anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_peer_that_does_not_answer_pings_is_disconnected() -> TestResult {
+    let server = start(
+        TransportSettings {
+            idle_timeout: Duration::from_secs(600),
+            http2_keepalive_interval: Some(Duration::from_secs(1)),
+            http2_keepalive_timeout: Duration::from_secs(1),
+            ..TransportSettings::default()
+        },
+        512,
+    )
+    .await;
+    let mut stream = TcpStream::connect(host(&server.grpc_url)).await?;
+    // The preface and an empty SETTINGS frame.
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        .await?;
+    stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await?;
+    // Read frames (reading acknowledges nothing) until the server closes the connection.
+    let mut pinged = false;
+    loop {
+        let mut header = [0u8; 9];
+        match tokio::time::timeout(HANG, stream.read_exact(&mut header)).await {
+            Err(_) => panic!("the server never closed the connection"),
+            Ok(Err(_)) => break,
+            Ok(Ok(_)) => {}
+        }
+        let length =
+            usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+        let (kind, flags) = (header[3], header[4]);
+        // PING, not an acknowledgement.
+        pinged |= kind == 6 && flags & 1 == 0;
+        let mut payload = vec![0u8; length];
+        if stream.read_exact(&mut payload).await.is_err() {
+            break;
+        }
+    }
+    assert!(
+        pinged,
+        "the server closed the connection without pinging it"
+    );
+    metadata_over_grpc(&server).await?;
     server.stop().await;
     Ok(())
 }

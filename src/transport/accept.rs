@@ -99,7 +99,7 @@ pub async fn run<W: Wire, S: App<W>>(
         // descriptor. (Taking the slot before `accept` instead would leave each listener
         // holding one slot while it waits, shrinking a cap the ports share.)
         let permit = tokio::select! {
-            permit = endpoint.connections.clone().acquire_owned() => match permit {
+            permit = endpoint.pools.connections.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => break,
             },

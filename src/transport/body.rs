@@ -3,11 +3,44 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The memory all bodies being read before admission may take together. Reading them before
+/// the concurrency limit means that limit no longer bounds them; this does. A body that
+/// would go over waits, unread (flow control then slows its sender), until others are done
+/// or its body-read timeout ends it.
+#[derive(Clone)]
+pub struct ReceiveBudget {
+    /// One permit per KiB.
+    kib: Arc<Semaphore>,
+    total_kib: u32,
+}
+
+impl ReceiveBudget {
+    /// `bytes` is raised, if need be, so that one body of `max_body_bytes` always fits.
+    pub fn new(bytes: usize, max_body_bytes: usize) -> Self {
+        let kib = bytes.max(max_body_bytes.saturating_add(1 << 20)) / 1024;
+        let total_kib = u32::try_from(kib.min(Semaphore::MAX_PERMITS)).unwrap_or(u32::MAX);
+        Self {
+            kib: Arc::new(Semaphore::new(total_kib as usize)),
+            total_kib,
+        }
+    }
+
+    /// Waits until `bytes` fit; the memory is given back when the permit is dropped.
+    async fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .min(self.total_kib);
+        self.kib.clone().acquire_many_owned(kib).await.ok()
+    }
+}
 
 /// A request body as the application sees it: the frames already received, then (for a
 /// streaming request, or one past the size limit) the rest as it arrives.
@@ -16,6 +49,8 @@ pub struct Received {
     /// Bytes of data in `frames`.
     buffered: u64,
     rest: Option<Incoming>,
+    /// Its share of the [`ReceiveBudget`], held until the body is dropped.
+    _held: Option<OwnedSemaphorePermit>,
 }
 
 /// Why a body could not be read.
@@ -30,35 +65,47 @@ impl Received {
             frames: VecDeque::new(),
             buffered: 0,
             rest: Some(body),
+            _held: None,
         }
     }
 
     /// Reads `body` to its end, or until more than `limit` bytes have come: the application
     /// then reads the rest and refuses the request with its own error for an oversized body,
     /// as it would have without this read.
-    pub async fn read(mut body: Incoming, limit: usize) -> Result<Self, ReadError> {
+    pub async fn read(
+        mut body: Incoming,
+        limit: usize,
+        budget: &ReceiveBudget,
+    ) -> Result<Self, ReadError> {
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
         let mut frames = VecDeque::new();
         let mut buffered: u64 = 0;
+        let mut held: Option<OwnedSemaphorePermit> = None;
+        let mut rest = None;
         while buffered <= limit {
             let next = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
             let Some(frame) = next else {
-                return Ok(Self {
-                    frames,
-                    buffered,
-                    rest: None,
-                });
+                break;
             };
             let frame = frame?;
             if let Some(data) = frame.data_ref() {
                 buffered = buffered.saturating_add(u64::try_from(data.len()).unwrap_or(u64::MAX));
+                let share = budget.take(data.len()).await;
+                match (&mut held, share) {
+                    (Some(held), Some(share)) => held.merge(share),
+                    (held, share) => *held = held.take().or(share),
+                }
             }
             frames.push_back(frame);
+        }
+        if buffered > limit {
+            rest = Some(body);
         }
         Ok(Self {
             frames,
             buffered,
-            rest: Some(body),
+            rest,
+            _held: held,
         })
     }
 }
@@ -102,5 +149,32 @@ impl Body for Received {
                 hint
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_body_that_would_go_over_the_budget_waits_until_another_is_done() {
+        // Room for one 1 MiB body and 1 MiB more.
+        let budget = ReceiveBudget::new(0, 1 << 20);
+        let first = budget.take(1 << 20).await;
+        let second = budget.take(1 << 20).await;
+        assert!(first.is_some() && second.is_some());
+        let waiting = budget.take(1);
+        tokio::pin!(waiting);
+        assert!(futures::poll!(&mut waiting).is_pending());
+        drop(first);
+        assert!(waiting.await.is_some());
+    }
+
+    #[tokio::test]
+    async fn one_largest_body_always_fits_and_no_frame_waits_forever() {
+        let budget = ReceiveBudget::new(1024, 64 << 20);
+        assert!(budget.total_kib as usize >= (64 << 20) / 1024);
+        // A frame larger than the whole budget takes all of it rather than never fitting.
+        assert!(budget.take(usize::MAX).await.is_some());
     }
 }

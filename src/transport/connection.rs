@@ -6,23 +6,22 @@ use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tonic::transport::server::TcpConnectInfo;
 use tower::{Service, ServiceExt};
 
-use super::body::Received;
+use super::activity::{Activity, Expired, Tracked, Watched};
+use super::body::{ReceiveBudget, Received};
 use super::wire::Wire;
 use super::{Endpoint, TransportSettings};
 
@@ -62,10 +61,12 @@ impl<W: Wire, S> App<W> for S where
 /// The hyper settings of one port.
 pub fn builder<W: Wire>(settings: &TransportSettings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    // The header-read timeout is the connection's own (see `activity`): hyper's would also
+    // run while a kept-alive connection waits for its next request.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(settings.header_read_timeout);
+        .header_read_timeout(None);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -114,6 +115,7 @@ pub async fn run<W: Wire, S: App<W>>(accepted: Accepted<S>) {
         activity: Activity::default(),
         body_read_timeout: settings.body_read_timeout,
         max_body_bytes: endpoint.max_body_bytes,
+        receiving: endpoint.pools.receiving.clone(),
         _wire: PhantomData,
     };
     match &endpoint.tls {
@@ -145,17 +147,23 @@ async fn drive<W, S, IO>(
 {
     let peer = service.peer;
     let activity = service.activity.clone();
+    let io = Watched::new(io, activity.clone(), W::HTTP2_ONLY);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);
-    let idle = activity.idle_for(settings.idle_timeout);
-    tokio::pin!(idle);
+    let expired = activity.expired(settings.idle_timeout, settings.header_read_timeout);
+    tokio::pin!(expired);
     let result = tokio::select! {
         result = connection.as_mut() => result,
         () = super::stopped(&mut stop) => {
             connection.as_mut().graceful_shutdown();
             connection.await
         }
-        () = &mut idle => {
+        why = &mut expired => {
+            if why == Expired::SlowHead {
+                // Nothing is owed to a client that has not finished asking.
+                tracing::debug!(%peer, "closing a connection whose request head is too slow");
+                return;
+            }
             tracing::debug!(%peer, "closing a connection idle for the idle timeout");
             connection.as_mut().graceful_shutdown();
             // With nothing in flight there is nothing to lose; a client that has not even
@@ -170,85 +178,6 @@ async fn drive<W, S, IO>(
     }
 }
 
-/// Requests in flight on one connection, and a count of every change, so that the idle watch
-/// can tell "still idle" from "was busy in between".
-#[derive(Clone, Copy, Default)]
-struct Load {
-    busy: usize,
-    changes: u64,
-}
-
-#[derive(Clone, Default)]
-struct Activity(Arc<watch::Sender<Load>>);
-
-impl Activity {
-    fn begin(&self) -> Busy {
-        self.0.send_modify(|load| {
-            load.busy += 1;
-            load.changes += 1;
-        });
-        Busy(self.0.clone())
-    }
-
-    /// Resolves once no request has been in flight for `timeout`.
-    async fn idle_for(&self, timeout: Duration) {
-        let mut load = self.0.subscribe();
-        loop {
-            // The sender lives as long as `self`; an error cannot happen, and would mean the
-            // connection is gone anyway.
-            let changes = match load.wait_for(|load| load.busy == 0).await {
-                Ok(idle) => idle.changes,
-                Err(_) => return,
-            };
-            tokio::select! {
-                () = tokio::time::sleep(timeout) => return,
-                _ = load.wait_for(|load| load.changes != changes) => {}
-            }
-        }
-    }
-}
-
-/// Held from a request's arrival until its response has been sent (or dropped).
-struct Busy(Arc<watch::Sender<Load>>);
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.0.send_modify(|load| {
-            load.busy = load.busy.saturating_sub(1);
-            load.changes += 1;
-        });
-    }
-}
-
-pin_project! {
-    /// A response body that keeps its request counted as in flight until it is sent.
-    pub struct Tracked<B> {
-        #[pin]
-        inner: B,
-        _busy: Busy,
-    }
-}
-
-impl<B: Body> Body for Tracked<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.project().inner.poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
 /// The hyper service of one connection: the peer's address into the request, the body read
 /// (within the body-read timeout), then the application.
 struct ConnService<W, S> {
@@ -258,6 +187,7 @@ struct ConnService<W, S> {
     activity: Activity,
     body_read_timeout: Duration,
     max_body_bytes: usize,
+    receiving: ReceiveBudget,
     _wire: PhantomData<fn() -> W>,
 }
 
@@ -281,16 +211,23 @@ impl<W: Wire, S: App<W>> hyper::service::Service<Request<Incoming>> for ConnServ
         let app = self.app.clone();
         let timeout = self.body_read_timeout;
         let limit = self.max_body_bytes;
+        let receiving = self.receiving.clone();
         let peer = self.peer;
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let tracked = |response: Response<W::ResponseBody>| {
-                response.map(|inner| Tracked { inner, _busy: busy })
+                response.map(|inner| Tracked::new(inner, busy))
             };
+            // A body that announces more than the limit is refused at once, without waiting
+            // for bytes that would not be taken.
+            let announced = body.size_hint().lower();
+            if announced > u64::try_from(limit).unwrap_or(u64::MAX) {
+                return Ok(tracked(W::body_too_large(announced, limit)));
+            }
             let received = if body.is_end_stream() || W::streams(parts.uri.path()) {
                 Received::streaming(body)
             } else {
-                match tokio::time::timeout(timeout, Received::read(body, limit)).await {
+                match tokio::time::timeout(timeout, Received::read(body, limit, &receiving)).await {
                     Ok(Ok(received)) => received,
                     Ok(Err(err)) => {
                         tracing::debug!(%peer, error = %err, "request body unreadable");

@@ -8,7 +8,8 @@
 //! - [`tls`]: rustls, from PEM files; client certificates required when a CA is given.
 //! - [`connection`]: one connection, served by hyper with timers: the TLS handshake and the
 //!   request head must arrive within the header-read timeout, a connection with no request in
-//!   flight for the idle timeout is closed, HTTP/2 connections are pinged.
+//!   flight for the idle timeout is closed ([`activity`] keeps both), HTTP/2 connections are
+//!   pinged.
 //! - [`body`]: a request's body is read in full (within the body-read timeout) *before* the
 //!   request reaches the overload stack. A client that trickles its body therefore holds a
 //!   connection, which the cap bounds and the timeout ends, but never one of the
@@ -20,6 +21,7 @@
 //! when the last one has.
 
 mod accept;
+mod activity;
 mod body;
 mod connection;
 pub mod limits;
@@ -27,7 +29,7 @@ pub mod tls;
 mod wire;
 
 pub use accept::Backoff;
-pub use body::Received;
+pub use body::{ReceiveBudget, Received};
 pub use tls::{Tls, TlsError, TlsFiles};
 pub use wire::{Grpc, Http, Wire};
 
@@ -46,13 +48,16 @@ pub struct TransportSettings {
     /// Open connections on the HTTP and gRPC ports together; `None`: derived from the
     /// descriptor limit when the server starts (see [`limits::default_max_connections`]).
     pub max_connections: Option<usize>,
-    /// From accepting a connection to the end of its TLS handshake, and from the first byte
-    /// of an HTTP/1 request head to its end.
+    /// From accepting a connection to the end of its TLS handshake, and over HTTP/1 from the
+    /// first byte of a request head to its end.
     pub header_read_timeout: Duration,
     /// From a request's head to the end of its body.
     pub body_read_timeout: Duration,
     /// How long a connection may stay open with no request in flight.
     pub idle_timeout: Duration,
+    /// Memory for request bodies being read before their requests are admitted, across
+    /// all connections of the HTTP and gRPC ports.
+    pub max_receiving_bytes: usize,
     /// How often an HTTP/2 connection is pinged; `None`: never.
     pub http2_keepalive_interval: Option<Duration>,
     /// How long a ping may go unanswered before the connection is closed.
@@ -67,38 +72,60 @@ impl Default for TransportSettings {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
+            max_receiving_bytes: DEFAULT_MAX_RECEIVING_BYTES,
             http2_keepalive_interval: Some(Duration::from_secs(30)),
             http2_keepalive_timeout: Duration::from_secs(20),
         }
     }
 }
 
+/// The default of [`TransportSettings::max_receiving_bytes`]: 1 GiB.
+pub const DEFAULT_MAX_RECEIVING_BYTES: usize = 1 << 30;
+
 /// Connections the `--metrics-port` listener may hold, apart from the main cap, so that a
 /// flood on the other ports never locks out the probes and the scraper. Taken from the
 /// descriptors [`limits`] keeps in reserve.
 pub const METRICS_MAX_CONNECTIONS: usize = 64;
 
-/// How one listener serves: its TLS, its share of the connection cap, its timeouts.
+/// What listeners draw on together: open connections, and memory for bodies being read.
+#[derive(Clone)]
+pub struct Pools {
+    connections: Arc<Semaphore>,
+    receiving: ReceiveBudget,
+}
+
+impl Pools {
+    /// Room for `max_connections` connections and `receiving_bytes` of bodies being read
+    /// (at least one body of `max_body_bytes`).
+    pub fn new(max_connections: usize, receiving_bytes: usize, max_body_bytes: usize) -> Self {
+        Self {
+            connections: Arc::new(Semaphore::new(max_connections)),
+            receiving: ReceiveBudget::new(receiving_bytes, max_body_bytes),
+        }
+    }
+}
+
+/// How one listener serves: its TLS, the pools it draws on, its timeouts.
 #[derive(Clone)]
 pub struct Endpoint {
     tls: Option<TlsAcceptor>,
-    connections: Arc<Semaphore>,
+    pools: Pools,
     settings: Arc<TransportSettings>,
-    /// Bodies larger than this are not buffered; the application refuses them.
+    /// Bodies announced larger than this are refused unread.
     max_body_bytes: usize,
 }
 
 impl Endpoint {
-    /// `connections` may be shared with other endpoints, so that they share one cap.
+    /// `pools` may be shared with other endpoints, so that they share one cap.
     pub fn new(
         tls: Option<TlsAcceptor>,
-        connections: Arc<Semaphore>,
+        pools: Pools,
         settings: Arc<TransportSettings>,
         max_body_bytes: usize,
     ) -> Self {
         Self {
             tls,
-            connections,
+            pools,
             settings,
             max_body_bytes,
         }

@@ -29,6 +29,9 @@ pub trait Wire: Send + Sync + 'static {
     /// The answer when a body took longer than `timeout` to arrive.
     fn body_too_slow(timeout: Duration) -> Response<Self::ResponseBody>;
 
+    /// The answer when a body announces `announced` bytes, more than `limit`.
+    fn body_too_large(announced: u64, limit: usize) -> Response<Self::ResponseBody>;
+
     /// The answer when a body could not be read (the client broke the stream).
     fn body_unreadable() -> Response<Self::ResponseBody>;
 }
@@ -51,6 +54,10 @@ fn http_error(status: StatusCode, message: &str) -> Response<axum::body::Body> {
     // The rest of the body may still be on its way; the connection cannot be reused.
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
+}
+
+fn too_large_message(announced: u64, limit: usize) -> String {
+    format!("the request body of {announced} bytes is over the limit of {limit} bytes")
 }
 
 fn slow_message(timeout: Duration) -> String {
@@ -76,6 +83,13 @@ impl Wire for Http {
 
     fn body_too_slow(timeout: Duration) -> Response<axum::body::Body> {
         http_error(StatusCode::REQUEST_TIMEOUT, &slow_message(timeout))
+    }
+
+    fn body_too_large(announced: u64, limit: usize) -> Response<axum::body::Body> {
+        http_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &too_large_message(announced, limit),
+        )
     }
 
     fn body_unreadable() -> Response<axum::body::Body> {
@@ -106,6 +120,11 @@ impl Wire for Grpc {
 
     fn body_too_slow(timeout: Duration) -> Response<tonic::body::Body> {
         tonic::Status::deadline_exceeded(slow_message(timeout)).into_http()
+    }
+
+    fn body_too_large(announced: u64, limit: usize) -> Response<tonic::body::Body> {
+        // The code tonic gives a message over its decoding limit.
+        tonic::Status::out_of_range(too_large_message(announced, limit)).into_http()
     }
 
     fn body_unreadable() -> Response<tonic::body::Body> {

@@ -227,3 +227,17 @@ def test_a_client_that_never_finishes_its_handshake_is_disconnected(tmp_path_fac
         assert done.stdout == "200", done.stderr
     finally:
         srv.stop()
+
+
+def test_an_unreadable_certificate_stops_the_server_naming_the_flag(tmp_path_factory, certs):
+    model_dir = link_models(tmp_path_factory.mktemp("models"), bases=(EXAMPLE_MODELS,))
+    log = tmp_path_factory.mktemp("server") / "tensorport.log"
+    with pytest.raises(ServerStartError) as err:
+        start_server(model_dir, log, ["--tls-cert", str(certs / "missing.pem"),
+                                      "--tls-key", str(certs / "server.key")])
+    assert "--tls-cert" in str(err.value)
+    # A key that is not the certificate's is refused too.
+    with pytest.raises(ServerStartError) as err:
+        start_server(model_dir, log, ["--tls-cert", str(certs / "server.pem"),
+                                      "--tls-key", str(certs / "client.key")])
+    assert "--tls-cert / --tls-key" in str(err.value)
