@@ -134,7 +134,7 @@ async fn wait_queued(server: &TestServer, count: usize) {
 /// on `protocol`, read from the exposition.
 fn unresolved_answers(metrics: &Metrics, protocol: &str) -> u64 {
     let prefix =
-        format!("tensorport_request_duration_seconds_count{{model=\"\",version=\"\",protocol=\"{protocol}\"}}");
+        format!("tensorport_request_duration_seconds_count{{model=\"\",protocol=\"{protocol}\"}}");
     metrics
         .encode()
         .lines()
