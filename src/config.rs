@@ -72,6 +72,12 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_INTER_OP_THREADS", default_value_t = 1)]
     pub inter_op_threads: usize,
 
+    /// Batches of one model version that may run at once, for models whose config.toml has no
+    /// [instances] section (0: automatic, one per intra-op-threads cores, at most 4). Each ONNX
+    /// instance is a session with its own copy of the weights.
+    #[arg(long, env = "TENSORPORT_INSTANCES", default_value_t = 1)]
+    pub instances: usize,
+
     /// Async worker threads for the network side (0: one per core).
     #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,

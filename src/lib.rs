@@ -28,6 +28,7 @@ pub mod backend;
 pub mod batcher;
 pub mod config;
 pub mod error;
+pub mod error_kind;
 pub mod infer;
 pub mod metrics;
 pub mod overload;

@@ -102,6 +102,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             threads,
             default_batching: args.batch_settings(),
             metrics: metrics.clone(),
+            instances: args.instances,
         };
         let repository = Arc::new(ModelRepository::new(&model_dir, loader));
         repository

@@ -59,10 +59,6 @@ impl Health {
         !self.draining.load(Ordering::Acquire) && models_settled(self.infer.repository())
     }
 
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-
     /// Readiness turns false for good: the server is shutting down.
     pub async fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);

@@ -11,9 +11,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Span;
 
+use super::channel::{release, Message, Reply};
 use super::policy::BatchPolicy;
-use super::task::{release, Message, Reply};
-use super::{BatchError, BatchRequest};
+use super::{BatchError, ValidRequest};
 use crate::backend::NamedTensor;
 use crate::error::Error;
 
@@ -26,6 +26,8 @@ pub struct BatcherHandle {
     /// Requests admitted and not yet cut into a batch or dropped. The handle counts a request
     /// in before sending it, the actor counts it out; see [`BatchPolicy::admits`].
     depth: Arc<AtomicUsize>,
+    /// How many batches the actor runs at once.
+    instances: usize,
     actor: JoinHandle<()>,
 }
 
@@ -50,6 +52,7 @@ impl BatcherHandle {
         policy: BatchPolicy,
         sender: mpsc::Sender<Message>,
         depth: Arc<AtomicUsize>,
+        instances: usize,
         actor: JoinHandle<()>,
     ) -> Self {
         Self {
@@ -57,6 +60,7 @@ impl BatcherHandle {
             policy,
             sender,
             depth,
+            instances,
             actor,
         }
     }
@@ -64,9 +68,9 @@ impl BatcherHandle {
     /// Queues `request` and returns its answer to await. Fails at once, without queueing,
     /// when the deadline has already passed, the queue is full (RESOURCE_EXHAUSTED) or the
     /// batcher has stopped (UNAVAILABLE). The current `tracing` span travels with it.
-    pub fn enqueue(&self, request: BatchRequest) -> Result<Pending, Error> {
+    pub fn enqueue(&self, request: ValidRequest) -> Result<Pending, Error> {
         let now = Instant::now();
-        if request.deadline.is_some_and(|deadline| deadline <= now) {
+        if request.deadline().is_some_and(|deadline| deadline <= now) {
             return Err(Error::DeadlineExceeded {
                 model: self.model.clone(),
             });
@@ -75,7 +79,7 @@ impl BatcherHandle {
             .depth
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
                 self.policy
-                    .admits(waiting, request.priority)
+                    .admits(waiting, request.priority())
                     .then_some(waiting + 1)
             });
         if admitted.is_err() {
@@ -102,8 +106,8 @@ impl BatcherHandle {
         }
     }
 
-    /// Queues `request` and waits for its outputs, in the order of `request.outputs`.
-    pub async fn submit(&self, request: BatchRequest) -> Result<Vec<NamedTensor>, Error> {
+    /// Queues `request` and waits for its outputs, in the order of `request.outputs()`.
+    pub async fn submit(&self, request: ValidRequest) -> Result<Vec<NamedTensor>, Error> {
         self.enqueue(request)?.await
     }
 
@@ -112,8 +116,14 @@ impl BatcherHandle {
         self.depth.load(Ordering::Relaxed)
     }
 
-    pub fn model(&self) -> &str {
-        &self.model
+    /// The batching policy this batcher applies (how many rows it merges, how long it queues).
+    pub fn policy(&self) -> &BatchPolicy {
+        &self.policy
+    }
+
+    /// How many batches of this version run at once.
+    pub fn instances(&self) -> usize {
+        self.instances
     }
 
     /// Closes the queue and waits until everything queued has been answered.

@@ -11,18 +11,20 @@ mod lifecycle;
 mod model_config;
 mod scan;
 mod tfrecord;
+mod version;
 mod warmup;
 mod warmup_log;
 
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{ModelRepository, ServedModel};
 pub use model_config::{
-    ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MODEL_CONFIG_FILE,
+    InstancesConfig, ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MODEL_CONFIG_FILE,
 };
 pub use scan::{
-    parse_version, scan, scan_model, subfolders, ModelFolder, ScanError, VersionFolder,
-    ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
+    parse_version, scan_model, subfolders, ScanError, VersionFolder, ONNX_MODEL_FILE,
+    SAVED_MODEL_FILE, TORCH_MODEL_FILE,
 };
+pub use version::{VersionError, VersionSelector};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,9 +44,29 @@ pub struct Loader {
     /// Batching for models whose config.toml has no `[batching]` section.
     pub default_batching: BatchSettings,
     pub metrics: Arc<Metrics>,
+    /// Instances for models whose config.toml has no `[instances]` section; 0: automatic.
+    pub instances: usize,
 }
 
+/// The most instances the automatic choice gives a version: each ONNX instance holds its own
+/// copy of the weights, so memory, not cores, bounds it on large machines.
+pub const MAX_AUTOMATIC_INSTANCES: usize = 4;
+
 impl Loader {
+    /// How many batches of one version of a model with `config` run at once: its
+    /// `[instances] count`, else `--instances`. 0 means automatic: one instance per
+    /// `intra_op_threads` cores the process may use (so that the instances together use
+    /// every core once), at least 1 and at most [`MAX_AUTOMATIC_INSTANCES`].
+    pub fn instances(&self, config: &ModelConfig) -> usize {
+        let count = config.instances.map_or(self.instances, |table| table.count);
+        if count > 0 {
+            return count;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let per_instance = config.runtime.threads(self.threads).intra_op.max(1);
+        (cores / per_instance).clamp(1, MAX_AUTOMATIC_INSTANCES)
+    }
+
     /// Loads the runtime for one version folder, with its model's settings. Blocks.
     pub fn load(
         &self,
@@ -54,7 +76,8 @@ impl Loader {
         let threads = config.runtime.threads(self.threads);
         let onnx = folder.path.join(ONNX_MODEL_FILE);
         if onnx.is_file() {
-            return Ok(Arc::new(self.onnx.load_model(&onnx, threads)?));
+            let instances = self.instances(config);
+            return Ok(Arc::new(self.onnx.load_model(&onnx, threads, instances)?));
         }
         let torch = folder.path.join(TORCH_MODEL_FILE);
         if torch.is_file() {
@@ -180,14 +203,6 @@ pub enum VersionState {
     },
 }
 
-/// Which version a request asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VersionSelector {
-    Latest,
-    Specific(u64),
-    Label(String),
-}
-
 /// One model and the versions the repository manages for it.
 #[derive(Clone)]
 pub struct ModelRecord {
@@ -232,6 +247,25 @@ impl ModelRecord {
                 model: self.name.clone(),
                 version,
             }),
+        }
+    }
+
+    /// The version number `selector` stands for in this model, without requiring it to be
+    /// available: `None` for the latest (every version, in status listings).
+    pub fn version_of(&self, selector: &VersionSelector) -> Result<Option<u64>, Error> {
+        match selector {
+            VersionSelector::Latest => Ok(None),
+            VersionSelector::Specific(version) => Ok(Some(*version)),
+            label @ VersionSelector::Label(_) => Ok(Some(self.resolve(label)?.version)),
+        }
+    }
+
+    /// Whether `version` of this model is one `selector` picks (every version for latest).
+    pub fn selects(&self, selector: &VersionSelector, version: u64) -> bool {
+        match selector {
+            VersionSelector::Latest => true,
+            VersionSelector::Specific(want) => *want == version,
+            VersionSelector::Label(label) => self.labels.get(label) == Some(&version),
         }
     }
 

@@ -20,6 +20,9 @@
 //! [runtime]                   # threads of the model's runtime (default: the server flags)
 //! intra_op_threads = 2
 //!
+//! [instances]                 # batches of one version that run at once (default:
+//! count = 2                   # --instances; 0: automatic, see `Loader::instances`)
+//!
 //! [[input]]                   # the signature, for formats whose files carry none
 //! name = "features"           # (TorchScript); see `declared`
 //! dtype = "FP32"
@@ -51,12 +54,22 @@ pub struct ModelConfig {
     pub warmup: Option<WarmupConfig>,
     #[serde(default)]
     pub runtime: RuntimeConfig,
+    /// `[instances]`: how many batches of one version may run at once.
+    pub instances: Option<InstancesConfig>,
     /// `[[input]]` tables: the declared signature's inputs, in the order the model takes them.
     #[serde(default)]
     pub input: Vec<DeclaredTensor>,
     /// `[[output]]` tables: its outputs, in the order the model returns them.
     #[serde(default)]
     pub output: Vec<DeclaredTensor>,
+}
+
+/// `[instances]`, Triton's `instance_group { count }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstancesConfig {
+    /// Instances of each loaded version; 0 picks automatically.
+    pub count: usize,
 }
 
 /// `[version_policy]` as written; [`ModelConfig::policy`] checks it.
@@ -221,8 +234,10 @@ mod tests {
             "[batching]\nmax_batch_size = 32\nmax_queue_delay_us = 500\n\
              [version_policy]\nspecific = [1, 3]\n\
              [version_labels]\nstable = 1\n\
-             [warmup]\nrequests = 2\nshapes = { x = [1, 4] }\n",
+             [warmup]\nrequests = 2\nshapes = { x = [1, 4] }\n\
+             [instances]\ncount = 3\n",
         )?;
+        assert_eq!(config.instances, Some(InstancesConfig { count: 3 }));
         assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(32));
         assert_eq!(config.policy(), Ok(VersionPolicy::Specific(vec![1, 3])));
         assert_eq!(config.version_labels.get("stable"), Some(&1));
@@ -239,6 +254,8 @@ mod tests {
             ("[version_policy]\nlatest = 1\nall = true\n", "one of"),
             ("[version_policy]\nlatest = 0\n", "at least 1"),
             ("[version_labels]\nstable = 0\n", "positive"),
+            ("[instances]\ncount = -1\n", "expected usize"),
+            ("[instances]\nkind = \"gpu\"\n", "kind"),
         ] {
             let err = with_config(text).err().unwrap_or_default();
             assert!(err.contains(needle), "{text:?}: {err}");

@@ -72,6 +72,7 @@ impl TestServer {
             },
             default_batching: batching,
             metrics: metrics.clone(),
+            instances: 1,
         };
         let repository = Arc::new(ModelRepository::new(&repo_path(models), loader));
         repository
