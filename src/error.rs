@@ -6,10 +6,10 @@
 //! is in `api::status`).
 
 use crate::backend::{BackendError, Signature};
-use crate::batcher::{BatchError, RequestError};
-use crate::repository::VersionError;
+use crate::batcher::{BatchError, BatcherError, RequestError};
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
+use crate::version::VersionError;
 
 pub use crate::error_kind::ErrorKind;
 
@@ -63,6 +63,20 @@ pub enum Error {
     BatcherStopped { model: String },
     #[error(transparent)]
     Batch(#[from] BatchError),
+}
+
+/// The batcher's failures keep their own variants here, so that a match on the request-path
+/// error sees every overload, deadline and drain refusal by name.
+impl From<BatcherError> for Error {
+    fn from(err: BatcherError) -> Self {
+        match err {
+            BatcherError::QueueFull { model } => Self::QueueFull { model },
+            BatcherError::DeadlineExceeded { model } => Self::DeadlineExceeded { model },
+            BatcherError::Stopped { model } => Self::BatcherStopped { model },
+            BatcherError::Batch(err) => Self::Batch(err),
+            BatcherError::Backend(err) => Self::Backend(err),
+        }
+    }
 }
 
 impl Error {

@@ -170,7 +170,7 @@ impl InferService {
             }
             Err(err) => {
                 model.stats.fail.record(arrived.elapsed());
-                Err(err)
+                Err(err.into())
             }
         }
     }

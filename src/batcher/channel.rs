@@ -7,12 +7,11 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::Span;
 
-use super::ValidRequest;
+use super::{BatcherError, ValidRequest};
 use crate::backend::NamedTensor;
-use crate::error::Error;
 
 /// The answer to one request: its outputs in the order it asked for them.
-pub(super) type Reply = Result<Vec<NamedTensor>, Error>;
+pub(super) type Reply = Result<Vec<NamedTensor>, BatcherError>;
 
 /// The request and everything needed to answer and trace it.
 pub(super) struct Message {

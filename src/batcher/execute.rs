@@ -2,9 +2,8 @@
 
 use super::gather::{gather, scatter};
 use super::task::Telemetry;
-use super::BatchError;
+use super::{BatchError, BatcherError};
 use crate::backend::{Backend, BackendError, NamedTensor, OutputTarget};
-use crate::error::Error;
 use crate::metrics::CopyStage;
 
 /// Per-request outputs (or that request's own failure), in batch order, or why the whole batch
@@ -19,10 +18,10 @@ pub(super) enum Failure {
 impl Failure {
     /// One error per request of the failed batch; the errors carry only strings, so each
     /// request gets its own copy.
-    pub(super) fn to_error(&self) -> Error {
+    pub(super) fn to_error(&self) -> BatcherError {
         match self {
-            Self::Batch(err) => Error::Batch(err.clone()),
-            Self::Backend(err) => Error::Backend(match err {
+            Self::Batch(err) => BatcherError::Batch(err.clone()),
+            Self::Backend(err) => BatcherError::Backend(match err {
                 BackendError::Library(message) => BackendError::Library(message.clone()),
                 BackendError::Load { path, message } => BackendError::Load {
                     path: path.clone(),

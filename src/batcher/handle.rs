@@ -13,9 +13,8 @@ use tracing::Span;
 
 use super::channel::{release, Message, Reply};
 use super::policy::BatchPolicy;
-use super::{BatchError, ValidRequest};
+use super::{BatchError, BatcherError, ValidRequest};
 use crate::backend::NamedTensor;
-use crate::error::Error;
 
 /// The request side of a model version's batcher. Dropping it (or calling
 /// [`BatcherHandle::shutdown`]) closes the queue: the actor runs what is queued, then exits.
@@ -42,7 +41,7 @@ impl Future for Pending {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
         Pin::new(&mut self.receiver)
             .poll(cx)
-            .map(|received| received.unwrap_or(Err(Error::Batch(BatchError::NoAnswer))))
+            .map(|received| received.unwrap_or(Err(BatcherError::Batch(BatchError::NoAnswer))))
     }
 }
 
@@ -68,10 +67,10 @@ impl BatcherHandle {
     /// Queues `request` and returns its answer to await. Fails at once, without queueing,
     /// when the deadline has already passed, the queue is full (RESOURCE_EXHAUSTED) or the
     /// batcher has stopped (UNAVAILABLE). The current `tracing` span travels with it.
-    pub fn enqueue(&self, request: ValidRequest) -> Result<Pending, Error> {
+    pub fn enqueue(&self, request: ValidRequest) -> Result<Pending, BatcherError> {
         let now = Instant::now();
         if request.deadline().is_some_and(|deadline| deadline <= now) {
-            return Err(Error::DeadlineExceeded {
+            return Err(BatcherError::DeadlineExceeded {
                 model: self.model.clone(),
             });
         }
@@ -98,7 +97,7 @@ impl BatcherHandle {
                 release(&self.depth, 1);
                 Err(match err {
                     mpsc::error::TrySendError::Full(_) => self.queue_full(),
-                    mpsc::error::TrySendError::Closed(_) => Error::BatcherStopped {
+                    mpsc::error::TrySendError::Closed(_) => BatcherError::Stopped {
                         model: self.model.clone(),
                     },
                 })
@@ -107,7 +106,7 @@ impl BatcherHandle {
     }
 
     /// Queues `request` and waits for its outputs, in the order of `request.outputs()`.
-    pub async fn submit(&self, request: ValidRequest) -> Result<Vec<NamedTensor>, Error> {
+    pub async fn submit(&self, request: ValidRequest) -> Result<Vec<NamedTensor>, BatcherError> {
         self.enqueue(request)?.await
     }
 
@@ -140,8 +139,8 @@ impl BatcherHandle {
         }
     }
 
-    fn queue_full(&self) -> Error {
-        Error::QueueFull {
+    fn queue_full(&self) -> BatcherError {
+        BatcherError::QueueFull {
             model: self.model.clone(),
         }
     }

@@ -33,7 +33,40 @@ pub use request::{RequestError, ValidRequest};
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
 pub use task::{Batcher, Telemetry};
 
+use crate::backend::BackendError;
+use crate::error_kind::ErrorKind;
 use crate::tensor::DecodeError;
+
+/// Why a batcher answered a request without outputs. The batcher sits below the request-path
+/// error type, which takes these over unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum BatcherError {
+    /// The version's queue is at its limit; the client should retry later.
+    #[error("the queue of model '{model}' is full; retry later")]
+    QueueFull { model: String },
+    /// The request's deadline passed while it waited for its turn.
+    #[error("the deadline passed before model '{model}' could run the request")]
+    DeadlineExceeded { model: String },
+    /// The batcher has stopped (the version is being unloaded).
+    #[error("model '{model}' is no longer accepting requests")]
+    Stopped { model: String },
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl BatcherError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::QueueFull { .. } => ErrorKind::ResourceExhausted,
+            Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
+            Self::Stopped { .. } => ErrorKind::Unavailable,
+            Self::Batch(_) => ErrorKind::Internal,
+            Self::Backend(err) => err.kind(),
+        }
+    }
+}
 
 /// Failures of merging, splitting or running a batch. All are server-side (INTERNAL): the
 /// client sent nothing wrong, the model or its batching settings do not fit together.

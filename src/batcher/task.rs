@@ -21,9 +21,8 @@ use super::gather::{batch_key, BatchKey};
 use super::handle::BatcherHandle;
 use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::request::Parts;
-use super::{BatchError, BatchSettings};
+use super::{BatchError, BatchSettings, BatcherError};
 use crate::backend::{Backend, NamedTensor, OutputTarget};
-use crate::error::Error;
 use crate::metrics::{Metrics, ModelMetrics, SecondsCounter};
 use crate::stats::ModelStats;
 
@@ -178,7 +177,7 @@ impl Batcher {
                 waiting
                     .span
                     .in_scope(|| tracing::debug!("deadline passed in the queue"));
-                let _ = waiting.reply.send(Err(Error::DeadlineExceeded {
+                let _ = waiting.reply.send(Err(BatcherError::DeadlineExceeded {
                     model: self.model.clone(),
                 }));
             }

@@ -9,7 +9,9 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::backend::{Backend, BackendError, NamedTensor, Signature, TensorSpec};
-use crate::error::{Error, ErrorKind};
+use crate::error_kind::ErrorKind;
+
+type Error = BatcherError;
 use crate::tensor::{DataType, Tensor};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -321,7 +323,7 @@ async fn a_full_queue_refuses_at_once() {
     let queued = enqueue_all(&handle, &[2.0, 3.0]);
     assert_eq!(handle.queue_depth(), 2);
     let refused = handle.enqueue(request(4.0, 1, 2)).err().unwrap();
-    assert!(matches!(refused, Error::QueueFull { .. }));
+    assert!(matches!(refused, BatcherError::QueueFull { .. }));
     assert_eq!(refused.kind(), ErrorKind::ResourceExhausted);
 
     permits.send(()).unwrap();
@@ -346,14 +348,14 @@ async fn a_full_queue_still_admits_high_priority_requests_and_runs_them_first() 
     let queued = enqueue_all(&handle, &[2.0, 3.0]);
     assert!(matches!(
         handle.enqueue(request(4.0, 1, 2)),
-        Err(Error::QueueFull { .. })
+        Err(BatcherError::QueueFull { .. })
     ));
     let urgent = |value| request(value, 1, 2).with_priority(Priority::High);
     // A queue of 2 has a reserve of 1 for high priority, and no more.
     let first = handle.enqueue(urgent(5.0)).unwrap();
     assert!(matches!(
         handle.enqueue(urgent(6.0)),
-        Err(Error::QueueFull { .. })
+        Err(BatcherError::QueueFull { .. })
     ));
 
     for _ in 0..4 {
@@ -397,7 +399,7 @@ async fn a_backend_error_fails_every_request_of_the_batch() {
     for reply in join_all(pending).await {
         let err = reply.unwrap_err();
         assert!(
-            matches!(err, Error::Backend(BackendError::Runtime(_))),
+            matches!(err, BatcherError::Backend(BackendError::Runtime(_))),
             "{err}"
         );
         assert!(err.to_string().contains("boom"));
@@ -440,7 +442,10 @@ async fn outputs_without_a_batch_dimension_fail_merged_batches_only() {
     for reply in join_all(pending).await {
         let err = reply.unwrap_err();
         assert!(
-            matches!(err, Error::Batch(BatchError::OutputNotBatched { .. })),
+            matches!(
+                err,
+                BatcherError::Batch(BatchError::OutputNotBatched { .. })
+            ),
             "{err}"
         );
     }

@@ -11,10 +11,10 @@ mod lifecycle;
 mod model_config;
 mod scan;
 mod tfrecord;
-mod version;
 mod warmup;
 mod warmup_log;
 
+pub use crate::version::{VersionError, VersionSelector};
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{ModelRepository, ServedModel};
 pub use model_config::{
@@ -24,7 +24,6 @@ pub use scan::{
     parse_version, scan_model, subfolders, ScanError, VersionFolder, ONNX_MODEL_FILE,
     SAVED_MODEL_FILE, TORCH_MODEL_FILE,
 };
-pub use version::{VersionError, VersionSelector};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
