@@ -18,7 +18,8 @@ pub use crate::version::{VersionError, VersionSelector};
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{ModelRepository, ServedModel};
 pub use model_config::{
-    InstancesConfig, ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MODEL_CONFIG_FILE,
+    InstancesConfig, ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MAX_INSTANCES,
+    MODEL_CONFIG_FILE,
 };
 pub use scan::{
     parse_version, scan_model, subfolders, ScanError, VersionFolder, ONNX_MODEL_FILE,

@@ -64,6 +64,10 @@ pub struct ModelConfig {
     pub output: Vec<DeclaredTensor>,
 }
 
+/// The most instances a version may have: each ONNX instance is a session with its own copy of
+/// the weights, so a typo of a few zeros would exhaust memory instead of failing the load.
+pub const MAX_INSTANCES: usize = 64;
+
 /// `[instances]`, Triton's `instance_group { count }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -172,6 +176,13 @@ impl ModelConfig {
         }
         config.policy().map_err(invalid)?;
         config.signature().map_err(invalid)?;
+        if let Some(InstancesConfig { count }) = config.instances {
+            if count > MAX_INSTANCES {
+                return Err(invalid(format!(
+                    "[instances]: count must be at most {MAX_INSTANCES}, got {count}"
+                )));
+            }
+        }
         if let Some((label, _)) = config.version_labels.iter().find(|(_, &v)| v == 0) {
             return Err(invalid(format!(
                 "[version_labels]: label '{label}' must name a positive version"
@@ -256,6 +267,7 @@ mod tests {
             ("[version_labels]\nstable = 0\n", "positive"),
             ("[instances]\ncount = -1\n", "expected usize"),
             ("[instances]\nkind = \"gpu\"\n", "kind"),
+            ("[instances]\ncount = 1000\n", "at most 64"),
         ] {
             let err = with_config(text).err().unwrap_or_default();
             assert!(err.contains(needle), "{text:?}: {err}");
