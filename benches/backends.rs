@@ -73,6 +73,7 @@ async fn main() -> BenchResult<()> {
         threads: THREADS,
         default_batching: BatchSettings::default(),
         metrics: Arc::new(Metrics::new()),
+        instances: 1,
     };
     for format in &FORMATS {
         let version = tensorport::repository::VersionFolder {
@@ -194,6 +195,7 @@ async fn start_server(models: &Path, onnx: OnnxRuntime) -> BenchResult<String> {
         threads: THREADS,
         default_batching: BatchSettings::default(),
         metrics: metrics.clone(),
+        instances: 1,
     };
     let repository = Arc::new(ModelRepository::new(models, loader));
     repository.reconcile().await?;

@@ -100,6 +100,7 @@ async fn start_server(root: &Path) -> BenchResult<String> {
         },
         default_batching: BatchSettings::default(),
         metrics: metrics.clone(),
+        instances: 1,
     };
     let repository = Arc::new(ModelRepository::new(&root.join("tests/models"), loader));
     repository.reconcile().await?;

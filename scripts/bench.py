@@ -9,8 +9,13 @@ servers run the model. Triton's perf_analyzer repeats a few tensorport cells as 
 of the generator. The tables are written into docs/BENCHMARKS.md between the bench markers;
 the raw results (one JSON object per line) go to .cache/bench/results.jsonl.
 
-Usage: .venv/bin/python scripts/bench.py [--quick] [--duration S] [--warmup S]
-       [--no-mlserver] [--no-perf-analyzer] [--doc docs/BENCHMARKS.md]
+The full run also compares model instances: one compute-bound model with `[instances]
+count = 1` and `count = 2`, and the same file loaded as two models with the load split between
+them (batching off; server and load generator unpinned, since instances exist to use more than
+one core). `--instances-only` runs just that comparison and prints it.
+
+Usage: .venv/bin/python scripts/bench.py [--quick] [--instances-only] [--duration S]
+       [--warmup S] [--no-mlserver] [--no-perf-analyzer] [--doc docs/BENCHMARKS.md]
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -58,6 +64,12 @@ class Model:
 RANKER = Model("ranker", 16, "the example ranking MLP (16 -> 32 -> 1, 2 KB of weights)")
 WIDE = Model("ranker_wide", 256, "a wide ranking MLP (256 -> 1024 -> 1024 -> 1, 5 MB of weights)")
 LARGE = Model("ranker_large", 262_144, "a large-input MLP (1 MiB of features per row -> 4 -> 1, 4 MiB of weights)")
+WIDE_B = Model("ranker_wide_b", 256, "the same file as ranker_wide, loaded as a second model")
+# The instances comparison: rows per request and requests in flight (split between the models
+# of the two-model setup).
+INSTANCE_BATCH, INSTANCE_CONCURRENCY = 32, 4
+INSTANCE_SETUPS = (("count = 1", ((WIDE, 1),)), ("count = 2", ((WIDE, 2),)),
+                   ("two models", ((WIDE, 1), (WIDE_B, 1))))
 
 
 @dataclass
@@ -83,8 +95,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def pinned(cpu: str, command: list[str]) -> list[str]:
-    return ["taskset", "-c", cpu, *command] if shutil.which("taskset") else command
+def pinned(cpu: str | None, command: list[str]) -> list[str]:
+    """`command` on `cpu` (None: wherever the scheduler puts it)."""
+    return ["taskset", "-c", cpu, *command] if cpu is not None and shutil.which("taskset") else command
 
 
 def ort_library() -> Path:
@@ -118,8 +131,8 @@ def latest_version(model_dir: Path) -> Path:
 
 
 class Tensorport:
-    def __init__(self, binary: Path, model_dir: Path, log: Path):
-        command = pinned(SERVER_CPU, [str(binary), "serve", "--model-dir", str(model_dir), "--host", "127.0.0.1",
+    def __init__(self, binary: Path, model_dir: Path, log: Path, cpu: str | None = SERVER_CPU):
+        command = pinned(cpu, [str(binary), "serve", "--model-dir", str(model_dir), "--host", "127.0.0.1",
                                       "--grpc-port", "0", "--rest-port", "0"])
         self.log = log
         out = log.open("w")
@@ -219,7 +232,8 @@ class Runner:
         self.results.parent.mkdir(parents=True, exist_ok=True)
         self.results.write_text("")
 
-    def loadgen_run(self, cell: Cell, target: str, extra: list[str] | None = None, cpu: str = CLIENT_CPU) -> Cell:
+    def loadgen_run(self, cell: Cell, target: str, extra: list[str] | None = None,
+                    cpu: str | None = CLIENT_CPU) -> Cell:
         command = [self.loadgen, "--protocol", cell.protocol, "--target", target, "--model", cell.model.name,
                    "--input", f"features:{cell.model.features}", "--batch", str(cell.batch),
                    "--concurrency", str(cell.concurrency), "--duration", str(self.args.duration),
@@ -267,6 +281,31 @@ class Runner:
                         "p50_us": figures["p50"], "p99_us": figures["p99"], "error_count": 0})
         self.cells.append(cell)
         print(f"  {describe(cell)}", flush=True)
+
+    def instances(self, work: Path) -> None:
+        """Each setup of INSTANCE_SETUPS on its own server; in the two-model setup one load
+        generator per model, run at the same time."""
+        for label, models in INSTANCE_SETUPS:
+            root = work / ("instances-" + label.replace(" ", "").replace("=", ""))
+            write_models(root, [WIDE], batching=False)
+            for model, count in models:
+                if model is not WIDE:
+                    shutil.copytree(root / WIDE.name, root / model.name)
+                (root / model.name / "config.toml").write_text(f"[instances]\ncount = {count}\n")
+            print(f"tensorport, instances: {label}", flush=True)
+            server = Tensorport(Path(self.args.binary), root, work / f"{root.name}.log", cpu=None)
+            try:
+                share = INSTANCE_CONCURRENCY // len(models)
+                cells = [Cell(f"instances {label}", model, "kserve-grpc", "off", INSTANCE_BATCH, share)
+                         for model, _ in models]
+                runs = [threading.Thread(target=self.loadgen_run, args=(cell, server.grpc), kwargs={"cpu": None})
+                        for cell in cells]
+                for run in runs:
+                    run.start()
+                for run in runs:
+                    run.join()
+            finally:
+                server.stop()
 
     def find(self, server: str, model: Model, protocol: str, batching: str, batch: int, concurrency: int,
              shm: bool = False) -> Cell | None:
@@ -332,6 +371,7 @@ def main() -> int:
     ap.add_argument("--mlserver", default=str(REPO / ".cache" / "mlserver" / "bin" / "mlserver"))
     ap.add_argument("--perf-analyzer", default=os.environ.get(
         "PERF_ANALYZER", str(REPO / ".cache" / "perf_analyzer" / "perf_analyzer")))
+    ap.add_argument("--instances-only", action="store_true", help="only the instances comparison, printed")
     ap.add_argument("--no-mlserver", action="store_true")
     ap.add_argument("--no-perf-analyzer", action="store_true")
     ap.add_argument("--doc", default=str(REPO / "docs" / "BENCHMARKS.md"), help="where the tables go ('-': stdout only)")
@@ -342,6 +382,13 @@ def main() -> int:
 
     runner = Runner(args)
     work = Path(tempfile.mkdtemp(prefix="tensorport-bench-"))
+    if args.instances_only:
+        try:
+            runner.instances(work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print("\n".join(instances_table(runner)))
+        return 0
     tp_off, tp_on, ml_off, ml_on = matrix(args.quick)
     if args.no_mlserver:
         ml_off, ml_on = [], []
@@ -386,6 +433,9 @@ def main() -> int:
                 floors[(cell.model.name, max(1, round(cell.executed_batch)))] = cell.model
         for (_, batch), model in sorted(floors.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             runner.floor(model, batch, plain)
+
+        if not args.quick:
+            runner.instances(work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -456,6 +506,7 @@ def render(runner: Runner, args, elapsed: float) -> str:
             out.append(f"| {cell.model.name} | {cell.batch} | {fmt(r['inferences_per_s'])} | {fmt(r['p50_us'])} "
                        f"| {fmt(r['p99_us'])} | {over[0]} | {over[1]} |")
         out.append("")
+    out += instances_table(runner)
     pa = [c for c in runner.cells if c.server == "perf_analyzer"]
     if pa:
         out += ["### Cross-check: perf_analyzer against tensorport", "",
@@ -498,6 +549,38 @@ def row(runner: Runner, cell: Cell) -> str:
             vs_p99 = ratio(r["p99_us"], ours.result["p99_us"])
     return (f"{head} | {fmt(r['inferences_per_s'])} | {fmt(r['p50_us'])} | {fmt(r['p90_us'])} | {fmt(r['p99_us'])} "
             f"| {fmt(r['max_us'])} | {errors} | {exec_batch} | {vs_throughput} | {vs_p99} |")
+
+
+def instances_table(runner: Runner) -> list[str]:
+    """One row per instances setup: throughput summed over its models, the worse latencies."""
+    totals = {}
+    for label, _ in INSTANCE_SETUPS:
+        cells = [c for c in runner.cells if c.server == f"instances {label}"]
+        if cells and all("failed" not in c.result for c in cells):
+            totals[label] = (sum(c.result["inferences_per_s"] for c in cells),
+                             max(c.result["p50_us"] for c in cells), max(c.result["p99_us"] for c in cells))
+        elif cells:
+            totals[label] = next(c.result["failed"] for c in cells if "failed" in c.result)
+    if not totals:
+        return []
+    out = [f"### Instances: {WIDE.name}, batch {INSTANCE_BATCH}, concurrency {INSTANCE_CONCURRENCY}, batching off", "",
+           ("`[instances] count` in the model's config.toml, against the same file loaded as two models with the "
+            "load split between them. KServe gRPC; server and load generator unpinned (every core)."), "",
+           "| setup | infer/s | p50 | p99 | / count = 1 (infer/s) |", "| --- | ---: | ---: | ---: | ---: |"]
+    one = totals.get("count = 1")
+    for label, total in totals.items():
+        if isinstance(total, str):
+            out.append(f"| {label} | failed: {total} | | | |")
+            continue
+        base = one[0] if isinstance(one, tuple) else None
+        out.append(f"| {label} | {fmt(total[0])} | {fmt(total[1])} | {fmt(total[2])} | {ratio(total[0], base)} |")
+    two, pair = totals.get("count = 2"), totals.get("two models")
+    if isinstance(two, tuple) and isinstance(one, tuple) and isinstance(pair, tuple):
+        met = two[0] >= 1.5 * one[0] and two[0] >= 0.9 * pair[0]
+        out += ["", (f"Target (count = 2 >= 1.5x count = 1 and >= 90% of two models): {two[0] / one[0]:.2f}x and "
+                     f"{two[0] / pair[0]:.0%}: {'met' if met else 'not met'}.")]
+    out.append("")
+    return out
 
 
 def targets(runner: Runner) -> list[str]:

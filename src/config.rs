@@ -74,6 +74,13 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_INTER_OP_THREADS", default_value_t = 1)]
     pub inter_op_threads: usize,
 
+    /// Batches of one model version that may run at once, for models whose config.toml has no
+    /// [instances] section (0: automatic, one per intra-op-threads cores, at most 4). Each ONNX
+    /// instance is a session with its own copy of the weights.
+    #[arg(long, env = "TENSORPORT_INSTANCES", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(0..=(crate::repository::MAX_INSTANCES as u64)))]
+    pub instances: u64,
+
     /// Async worker threads for the network side (0: one per core).
     #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,

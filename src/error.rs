@@ -2,13 +2,17 @@
 //!
 //! Every layer below has its own error enum (`tensor::DecodeError`, `backend::BackendError`,
 //! ...); they meet here. [`Error::kind`] picks the [`ErrorKind`], and the kind alone decides
-//! the HTTP status, the gRPC code and the stable `error_type` label used in metrics.
+//! the HTTP status, the gRPC code and the stable `error_type` label used in metrics (the table
+//! is in `api::status`).
 
 use crate::backend::{BackendError, Signature};
-use crate::batcher::BatchError;
+use crate::batcher::{BatchError, BatcherError, RequestError};
 use crate::repository::ConfineError;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
+use crate::version::VersionError;
+
+pub use crate::error_kind::ErrorKind;
 
 /// Everything that can fail while answering a request.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +39,11 @@ pub enum Error {
     #[error("{0}")]
     InvalidArgument(String),
     #[error(transparent)]
+    Version(#[from] VersionError),
+    /// The decoded request does not fit its signature.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error(transparent)]
     Decode(#[from] DecodeError),
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -60,64 +69,16 @@ pub enum Error {
     Batch(#[from] BatchError),
 }
 
-/// The failure classes both protocols distinguish. One row each in [`ErrorKind::table`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    NotFound,
-    InvalidArgument,
-    AlreadyExists,
-    /// No credentials, or credentials the server does not know.
-    Unauthenticated,
-    PermissionDenied,
-    Unavailable,
-    ResourceExhausted,
-    DeadlineExceeded,
-    Unimplemented,
-    Internal,
-}
-
-/// One row of the mapping table.
-pub struct ErrorRow {
-    pub http_status: u16,
-    pub grpc_code: tonic::Code,
-    /// Stable, lower-case label: part of the API and of metric label values.
-    pub error_type: &'static str,
-}
-
-impl ErrorKind {
-    /// Every kind, for reading the table backwards (from a status to its kind).
-    pub const ALL: [ErrorKind; 10] = [
-        Self::NotFound,
-        Self::InvalidArgument,
-        Self::AlreadyExists,
-        Self::Unauthenticated,
-        Self::PermissionDenied,
-        Self::Unavailable,
-        Self::ResourceExhausted,
-        Self::DeadlineExceeded,
-        Self::Unimplemented,
-        Self::Internal,
-    ];
-
-    /// The single source of truth for status codes.
-    pub const fn table(self) -> ErrorRow {
-        use tonic::Code;
-        let (http_status, grpc_code, error_type) = match self {
-            Self::NotFound => (404, Code::NotFound, "not_found"),
-            Self::InvalidArgument => (400, Code::InvalidArgument, "invalid_argument"),
-            Self::AlreadyExists => (409, Code::AlreadyExists, "already_exists"),
-            Self::Unauthenticated => (401, Code::Unauthenticated, "unauthenticated"),
-            Self::PermissionDenied => (403, Code::PermissionDenied, "permission_denied"),
-            Self::Unavailable => (503, Code::Unavailable, "unavailable"),
-            Self::ResourceExhausted => (429, Code::ResourceExhausted, "resource_exhausted"),
-            Self::DeadlineExceeded => (504, Code::DeadlineExceeded, "deadline_exceeded"),
-            Self::Unimplemented => (501, Code::Unimplemented, "unimplemented"),
-            Self::Internal => (500, Code::Internal, "internal"),
-        };
-        ErrorRow {
-            http_status,
-            grpc_code,
-            error_type,
+/// The batcher's failures keep their own variants here, so that a match on the request-path
+/// error sees every overload, deadline and drain refusal by name.
+impl From<BatcherError> for Error {
+    fn from(err: BatcherError) -> Self {
+        match err {
+            BatcherError::QueueFull { model } => Self::QueueFull { model },
+            BatcherError::DeadlineExceeded { model } => Self::DeadlineExceeded { model },
+            BatcherError::Stopped { model } => Self::BatcherStopped { model },
+            BatcherError::Batch(err) => Self::Batch(err),
+            BatcherError::Backend(err) => Self::Backend(err),
         }
     }
 }
@@ -135,6 +96,8 @@ impl Error {
             | Self::InvalidArgument(_)
             | Self::Decode(_) => ErrorKind::InvalidArgument,
             Self::Backend(err) => err.kind(),
+            Self::Request(err) => err.kind(),
+            Self::Version(_) => ErrorKind::InvalidArgument,
             Self::Shm(err) => match err {
                 ShmError::AlreadyExists(_) => ErrorKind::AlreadyExists,
                 ShmError::NotFound(_) => ErrorKind::NotFound,
@@ -175,55 +138,9 @@ impl Error {
     }
 }
 
-impl From<Error> for tonic::Status {
-    fn from(err: Error) -> Self {
-        tonic::Status::new(err.kind().table().grpc_code, err.to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_kind_maps_to_matching_http_and_grpc_codes() {
-        let pairs = [
-            (ErrorKind::NotFound, 404, tonic::Code::NotFound),
-            (
-                ErrorKind::InvalidArgument,
-                400,
-                tonic::Code::InvalidArgument,
-            ),
-            (
-                ErrorKind::Unauthenticated,
-                401,
-                tonic::Code::Unauthenticated,
-            ),
-            (
-                ErrorKind::PermissionDenied,
-                403,
-                tonic::Code::PermissionDenied,
-            ),
-            (ErrorKind::Unavailable, 503, tonic::Code::Unavailable),
-            (
-                ErrorKind::ResourceExhausted,
-                429,
-                tonic::Code::ResourceExhausted,
-            ),
-            (
-                ErrorKind::DeadlineExceeded,
-                504,
-                tonic::Code::DeadlineExceeded,
-            ),
-            (ErrorKind::Unimplemented, 501, tonic::Code::Unimplemented),
-            (ErrorKind::Internal, 500, tonic::Code::Internal),
-        ];
-        for (kind, http, grpc) in pairs {
-            let row = kind.table();
-            assert_eq!(row.http_status, http, "{kind:?}");
-            assert_eq!(row.grpc_code, grpc, "{kind:?}");
-        }
-    }
 
     #[test]
     fn batcher_failures_map_to_overload_deadline_and_unavailable() {
@@ -251,12 +168,5 @@ mod tests {
             assert_eq!(row.http_status, http, "{err}");
             assert_eq!(row.error_type, error_type, "{err}");
         }
-    }
-
-    #[test]
-    fn status_carries_the_message() {
-        let status = tonic::Status::from(Error::ModelNotFound("nope".into()));
-        assert_eq!(status.code(), tonic::Code::NotFound);
-        assert!(status.message().contains("nope"));
     }
 }

@@ -1,31 +1,47 @@
-//! The protocol-independent request path: check a decoded request against the model's
-//! signature, run it off the async reactor, and return the requested outputs.
+//! The protocol-independent request path: resolve the model version a request names, check
+//! the decoded request against its signature ([`InferService::prepare`]), run it through the
+//! version's batcher ([`InferService::run`]), and return the requested outputs.
 
-use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend::{NamedTensor, OutputTarget, Signature};
-use crate::batcher::{BatchRequest, Priority};
+use crate::batcher::{Priority, ValidRequest};
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
 use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
+use crate::request::RequestContext;
 use crate::shm::ShmRegistry;
 use crate::tensor::DecodeLimits;
 
-/// A decoded request for one model version and signature.
-pub struct Prediction {
-    pub model: Arc<LoadedModel>,
-    /// Index into the model's signatures.
-    pub signature: usize,
+/// What a request names before its tensors are decoded.
+#[derive(Debug, Clone)]
+pub struct ModelTarget<'r> {
+    pub model: &'r str,
+    pub version: VersionSelector,
+    /// The signature to call; empty for the model's default one.
+    pub signature: &'r str,
+}
+
+/// A request's body decoded in the terms of the signature it calls.
+#[derive(Default)]
+pub struct Decoded {
     pub inputs: Vec<NamedTensor>,
     /// Outputs to return, in this order; empty means all of the signature's outputs.
     pub output_filter: Vec<String>,
-    /// Where to write each output of `output_filter`, if the caller has a place for it.
+    /// Where to write each output of `output_filter`, if the caller has a place for it
+    /// (aligned with it, or empty).
     pub output_targets: Vec<OutputTarget>,
-    /// When the client stops waiting; the batcher drops the request unrun after it.
-    pub deadline: Option<tokio::time::Instant>,
     pub priority: Priority,
+    /// A timeout the protocol carries in the body (KServe's `timeout` parameter); the
+    /// request's deadline is the earlier of it and the transport's.
+    pub timeout: Option<Duration>,
+}
+
+/// A request that resolved to a model version and passed validation: ready to run.
+pub struct Prepared {
+    pub model: Arc<LoadedModel>,
+    pub request: ValidRequest,
 }
 
 /// The outputs of a prediction and the version that produced them.
@@ -96,41 +112,54 @@ impl InferService {
         self.repository.snapshot().resolve(model, &version)
     }
 
-    /// Validates `request` against its signature and runs it on a blocking thread.
-    pub async fn predict(&self, request: Prediction) -> Result<PredictionResult, Error> {
-        let Prediction {
-            model,
+    /// The one way into a model: resolves `target` to a serving version, names it in
+    /// `context`, picks the signature, lets `decode` turn the body into tensors for it (a
+    /// protocol may need the signature's dtypes to read its body), and checks the result
+    /// against the signature. Protocol adapters only decode and encode around this.
+    pub fn prepare(
+        &self,
+        target: ModelTarget<'_>,
+        context: Option<&RequestContext>,
+        decode: impl FnOnce(&Signature) -> Result<Decoded, Error>,
+    ) -> Result<Prepared, Error> {
+        let model = self.resolve(target.model, target.version)?;
+        if let Some(context) = context {
+            context.set_model(&model.name, model.version);
+        }
+        let (signature, sig) = model.signature(target.signature)?;
+        let decoded = decode(sig)?;
+        let deadline = match context {
+            Some(context) => context.deadline_within(decoded.timeout),
+            None => decoded
+                .timeout
+                .and_then(|timeout| tokio::time::Instant::now().checked_add(timeout)),
+        };
+        let request = ValidRequest::new(
+            model.backend.signatures(),
             signature,
-            inputs,
-            output_filter,
-            output_targets,
-            deadline,
-            priority,
-        } = request;
-        let sig = model
-            .backend
-            .signatures()
-            .get(signature)
-            .ok_or_else(|| Error::Internal("signature index out of range".into()))?;
-        check_inputs(sig, &inputs)?;
-        let outputs = select_outputs(sig, output_filter)?;
-        let misaligned = inputs.iter().map(|(_, t)| t.misaligned_bytes()).sum();
+            decoded.inputs,
+            decoded.output_filter,
+            decoded.output_targets,
+        )?
+        .with_deadline(deadline)
+        .with_priority(decoded.priority);
+        Ok(Prepared { model, request })
+    }
+
+    /// Runs a prepared request through its version's batcher.
+    pub async fn run(&self, prepared: Prepared) -> Result<PredictionResult, Error> {
+        let Prepared { model, request } = prepared;
+        let signature = request.signature();
+        let misaligned = request
+            .inputs()
+            .iter()
+            .map(|(_, t)| t.misaligned_bytes())
+            .sum();
         self.metrics
             .record_copy(CopyStage::InputAlignment, misaligned);
 
         let arrived = Instant::now();
-        let result = model
-            .batcher
-            .submit(BatchRequest {
-                signature,
-                inputs,
-                outputs,
-                deadline,
-                targets: output_targets,
-                priority,
-            })
-            .await;
-        match result {
+        match model.batcher.submit(request).await {
             Ok(outputs) => {
                 model.stats.success.record(arrived.elapsed());
                 Ok(PredictionResult {
@@ -141,115 +170,8 @@ impl InferService {
             }
             Err(err) => {
                 model.stats.fail.record(arrived.elapsed());
-                Err(err)
+                Err(err.into())
             }
         }
-    }
-}
-
-/// Every input of the signature present once, none unknown, dtype and shape compatible.
-pub(crate) fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), Error> {
-    let mut seen = HashSet::new();
-    for (name, tensor) in inputs {
-        let spec = sig
-            .input(name)
-            .ok_or_else(|| Error::unknown_input(sig, name))?;
-        if !seen.insert(name.as_str()) {
-            return Err(Error::invalid(format!("input '{name}' is given twice")));
-        }
-        if tensor.dtype() != spec.dtype {
-            return Err(Error::invalid(format!(
-                "input '{name}' must have dtype {}, got {}",
-                spec.dtype,
-                tensor.dtype()
-            )));
-        }
-        if !spec.accepts_shape(tensor.shape()) {
-            return Err(Error::invalid(format!(
-                "input '{name}' has shape {:?}, the signature expects {} (-1: any size)",
-                tensor.shape(),
-                spec.shape_text()
-            )));
-        }
-    }
-    if let Some(missing) = sig
-        .inputs
-        .iter()
-        .find(|spec| !seen.contains(spec.name.as_str()))
-    {
-        return Err(Error::missing_input(sig, &missing.name));
-    }
-    Ok(())
-}
-
-/// The outputs to return: the filter, checked, or every output of the signature.
-pub(crate) fn select_outputs(sig: &Signature, filter: Vec<String>) -> Result<Vec<String>, Error> {
-    if filter.is_empty() {
-        return Ok(sig.outputs.iter().map(|spec| spec.name.clone()).collect());
-    }
-    let mut seen = HashSet::new();
-    for name in &filter {
-        if sig.output(name).is_none() {
-            return Err(Error::invalid(format!(
-                "unknown output '{name}' in the output filter; the signature's outputs are: {}",
-                sig.output_names()
-            )));
-        }
-        if !seen.insert(name.as_str()) {
-            return Err(Error::invalid(format!(
-                "output '{name}' is requested twice"
-            )));
-        }
-    }
-    Ok(filter)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::TensorSpec;
-    use crate::tensor::{DataType, Tensor};
-
-    fn sig() -> Signature {
-        Signature {
-            name: "serving_default".into(),
-            inputs: vec![TensorSpec::new("x", DataType::F32, vec![-1, 2])],
-            outputs: vec![TensorSpec::new("y", DataType::F32, vec![-1])],
-        }
-    }
-
-    fn input(name: &str, shape: Vec<usize>) -> NamedTensor {
-        let count = shape.iter().product();
-        let tensor = Tensor::from_vec(shape, vec![0f32; count]).expect("valid tensor");
-        (name.to_owned(), tensor)
-    }
-
-    #[test]
-    fn accepts_matching_inputs() {
-        assert!(check_inputs(&sig(), &[input("x", vec![3, 2])]).is_ok());
-    }
-
-    #[test]
-    fn names_the_problem() {
-        let message = |inputs: &[NamedTensor]| match check_inputs(&sig(), inputs) {
-            Err(err) => err.to_string(),
-            Ok(()) => String::new(),
-        };
-        assert!(message(&[input("z", vec![1, 2])]).contains("unknown input 'z'"));
-        assert!(message(&[]).contains("missing input 'x'"));
-        assert!(message(&[input("x", vec![1, 3])]).contains("shape"));
-        assert!(message(&[input("x", vec![1, 2]), input("x", vec![1, 2])]).contains("twice"));
-        let ints = Tensor::from_vec(vec![1, 2], vec![0i32; 2]).expect("valid tensor");
-        assert!(message(&[("x".into(), ints)]).contains("dtype"));
-    }
-
-    #[test]
-    fn output_filter_is_checked() {
-        assert_eq!(
-            select_outputs(&sig(), vec![]).ok(),
-            Some(vec!["y".to_owned()])
-        );
-        assert!(select_outputs(&sig(), vec!["nope".into()]).is_err());
-        assert!(select_outputs(&sig(), vec!["y".into(), "y".into()]).is_err());
     }
 }

@@ -5,18 +5,29 @@
 //!
 //! ```text
 //! socket ─> overload (request id, rate limit, concurrency limit, deadline)
-//!        ─> api::{tfserving, kserve} (wire -> Tensor, validated)
-//!        ─> infer::InferService (resolve model@version, check signature)
-//!        ─> batcher (bounded queue per version; drops expired work)
+//!        ─> api::{tfserving, kserve} (wire -> Tensor; decoding only)
+//!        ─> infer::InferService::prepare (resolve model@version, pick the signature,
+//!           validate: a batcher::ValidRequest)
+//!        ─> batcher (bounded queue per version; drops expired work; up to `[instances]`
+//!           batches at once)
 //!        ─> backend::Backend (ONNX Runtime, on a blocking thread)
 //!        <─ outputs encoded in the caller's protocol
 //! ```
+//!
+//! Errors: each layer has its own enum named for what failed there (`tensor::DecodeError`,
+//! `batcher::RequestError`, `batcher::BatcherError`, `backend::BackendError`, ...), and each
+//! says which [`error_kind::ErrorKind`] it is. They meet in [`error::Error`] on the request
+//! path; the kind alone picks the HTTP status, the gRPC code and the stable `error_type`
+//! (`api::status`, one table for both protocols and the overload layers). Lower layers never
+//! import higher ones: `error_kind` and `version` sit at the bottom, `error` above the layers
+//! whose failures it gathers, `api` on top. Nothing a client sends may panic the server:
+//! `unwrap`, `expect` and `panic!` are denied outside tests.
 //!
 //! - [`config`]: flags, environment and config file, parsed once in `main`.
 //! - [`repository`]: the model directory and the versions that serve.
 //! - [`backend`]: the `Backend` trait and its runtimes.
 //! - [`batcher`]: per-version dynamic batching in front of a backend (bounded queue, one batch
-//!   in flight).
+//!   in flight per instance).
 //! - [`tensor`]: the one domain tensor type and its decoding limits.
 //! - [`overload`]: the tower stack both servers run, read top to bottom as policy.
 //! - [`auth`]: which API groups a bearer token may use (`--auth-token-file`).
@@ -33,6 +44,7 @@ pub mod batcher;
 pub mod build_info;
 pub mod config;
 pub mod error;
+pub mod error_kind;
 pub mod infer;
 pub mod metrics;
 pub mod overload;
@@ -45,6 +57,7 @@ pub mod stats;
 pub mod tensor;
 pub mod textproto;
 pub mod transport;
+pub mod version;
 
 pub use error::{Error, ErrorKind};
 pub use server::{run, Listeners, ServerOptions};

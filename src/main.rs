@@ -139,6 +139,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             threads,
             default_batching: args.batch_settings(),
             metrics: metrics.clone(),
+            instances: usize::try_from(args.instances).unwrap_or(1),
         };
         let repository = Arc::new(
             ModelRepository::new(&model_dir, loader)

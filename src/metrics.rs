@@ -121,6 +121,16 @@ struct VersionLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InstanceLabels {
+    model: String,
+    version: String,
+    instance: String,
+}
+
+/// Seconds, counted up; `f64` so that microsecond runs add up without rounding to zero.
+pub type SecondsCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabels {
     model: String,
 }
@@ -191,6 +201,7 @@ pub struct Metrics {
     inference_duration: Histograms<VersionLabels>,
     batch_size: Histograms<VersionLabels>,
     queue_depth: Family<VersionLabels, Gauge>,
+    instance_busy: Family<InstanceLabels, SecondsCounter>,
     in_flight: Gauge,
     refusals: Family<RefusalLabels, Counter>,
     model_loads: Family<ModelLabels, Counter>,
@@ -289,6 +300,12 @@ impl Metrics {
             "Requests waiting in a model version's queue, sampled at scrape time",
             queue_depth.clone(),
         );
+        let instance_busy = Family::<InstanceLabels, SecondsCounter>::default();
+        registry.register(
+            "instance_busy_seconds",
+            "Time each instance of a model version spent running batches",
+            instance_busy.clone(),
+        );
         let in_flight = Gauge::default();
         registry.register(
             "requests_in_flight",
@@ -342,6 +359,7 @@ impl Metrics {
             inference_duration,
             batch_size,
             queue_depth,
+            instance_busy,
             in_flight,
             refusals,
             model_loads,
@@ -503,6 +521,15 @@ impl Metrics {
             inference: self.inference_duration.get_or_create_owned(&labels),
             batch_size: self.batch_size.get_or_create_owned(&labels),
         }
+    }
+
+    /// The busy-time counter of one instance of a model version.
+    pub fn instance_busy(&self, name: &str, version: u64, instance: usize) -> SecondsCounter {
+        self.instance_busy.get_or_create_owned(&InstanceLabels {
+            model: name.to_owned(),
+            version: version.to_string(),
+            instance: instance.to_string(),
+        })
     }
 
     /// Replaces the queue-depth gauges with `depths` (model, version, waiting), so that

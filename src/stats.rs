@@ -45,6 +45,8 @@ pub struct ModelStats {
     pub execution_count: AtomicU64,
     /// Milliseconds since the epoch of the last inference.
     pub last_inference_ms: AtomicU64,
+    /// Per instance (by index): batches run and the time spent running them.
+    busy: Mutex<Vec<(u64, u64)>>,
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +116,29 @@ impl ModelStats {
             .iter()
             .map(|(size, times)| (*size, *times))
             .collect()
+    }
+
+    /// Records that instance `instance` spent `took` running one batch.
+    pub fn record_busy(&self, instance: usize, took: Duration) {
+        let mut busy = self
+            .busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if busy.len() <= instance {
+            busy.resize(instance + 1, (0, 0));
+        }
+        if let Some((count, ns)) = busy.get_mut(instance) {
+            *count += 1;
+            *ns = ns.saturating_add(nanos(took));
+        }
+    }
+
+    /// Per instance that has run at least one batch (by index): `(batches, busy nanoseconds)`.
+    pub fn instance_busy(&self) -> Vec<(u64, u64)> {
+        self.busy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub fn record_execution(&self, rows: u64) {

@@ -81,6 +81,7 @@ impl Server {
             },
             default_batching: BatchSettings::default(),
             metrics: metrics.clone(),
+            instances: 1,
         };
         let repository = Arc::new(ModelRepository::new(dir, loader));
         let infer = Arc::new(InferService::new(

@@ -31,6 +31,7 @@ fn reference_scores(values: &[f32], rows: usize) -> Vec<f32> {
         .load_model(
             &repo_path("examples/models/ranker/2/model.onnx"),
             RuntimeThreads::default(),
+            1,
         )
         .expect("ranker loads");
     let signature = model.signatures()[0].clone();

@@ -189,6 +189,7 @@ fn a_model_without_a_signature_is_refused_with_what_to_add() -> TestResult {
         threads: RuntimeThreads::default(),
         default_batching: BatchSettings::default(),
         metrics: Arc::new(Metrics::new()),
+        instances: 1,
     };
     let folder = VersionFolder {
         version: 1,

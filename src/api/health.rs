@@ -77,10 +77,6 @@ impl Health {
             && models_ready(repository, self.readiness)
     }
 
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-
     /// Readiness turns false for good: the server is shutting down.
     pub async fn start_draining(&self) {
         self.draining.store(true, Ordering::Release);

@@ -8,4 +8,5 @@ pub mod kserve;
 pub mod rest_util;
 pub mod route_table;
 pub mod scrape;
+pub mod status;
 pub mod tfserving;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::error::ErrorKind;
+use crate::error_kind::ErrorKind;
 use crate::tensor::Tensor;
 
 /// Thread settings of a model's runtime; 0 leaves the choice to the runtime.
@@ -36,7 +36,17 @@ pub type NamedTensor = (String, Tensor);
 
 /// Memory the caller owns and a backend may write an output into, such as a window of a
 /// client's shared-memory region.
-pub trait OutputMemory: Send + Sync + std::fmt::Debug {
+///
+/// # Safety
+///
+/// A backend hands [`OutputMemory::as_mut_ptr`] to its runtime, which writes up to
+/// [`OutputMemory::len`] bytes there from another thread. An implementation must guarantee
+/// that the pointer is valid for writes of `len` bytes for as long as `self` lives, that the
+/// memory does not move meanwhile, and that [`OutputMemory::view`] returns bytes of that same
+/// memory.
+// Declaring the contract is all the unsafe here; the implementations argue it where they are.
+#[allow(unsafe_code)]
+pub unsafe trait OutputMemory: Send + Sync + std::fmt::Debug {
     /// Start of the writable bytes, valid for [`OutputMemory::len`] bytes while `self` lives.
     fn as_mut_ptr(&self) -> *mut u8;
     fn len(&self) -> usize;

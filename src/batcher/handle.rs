@@ -11,11 +11,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Span;
 
+use super::channel::{release, Message, Reply};
 use super::policy::BatchPolicy;
-use super::task::{release, Message, Reply};
-use super::{BatchError, BatchRequest};
+use super::{BatchError, BatcherError, ValidRequest};
 use crate::backend::NamedTensor;
-use crate::error::Error;
 
 /// The request side of a model version's batcher. Dropping it (or calling
 /// [`BatcherHandle::shutdown`]) closes the queue: the actor runs what is queued, then exits.
@@ -26,6 +25,8 @@ pub struct BatcherHandle {
     /// Requests admitted and not yet cut into a batch or dropped. The handle counts a request
     /// in before sending it, the actor counts it out; see [`BatchPolicy::admits`].
     depth: Arc<AtomicUsize>,
+    /// How many batches the actor runs at once.
+    instances: usize,
     actor: JoinHandle<()>,
 }
 
@@ -40,7 +41,7 @@ impl Future for Pending {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Reply> {
         Pin::new(&mut self.receiver)
             .poll(cx)
-            .map(|received| received.unwrap_or(Err(Error::Batch(BatchError::NoAnswer))))
+            .map(|received| received.unwrap_or(Err(BatcherError::Batch(BatchError::NoAnswer))))
     }
 }
 
@@ -50,6 +51,7 @@ impl BatcherHandle {
         policy: BatchPolicy,
         sender: mpsc::Sender<Message>,
         depth: Arc<AtomicUsize>,
+        instances: usize,
         actor: JoinHandle<()>,
     ) -> Self {
         Self {
@@ -57,6 +59,7 @@ impl BatcherHandle {
             policy,
             sender,
             depth,
+            instances,
             actor,
         }
     }
@@ -64,10 +67,10 @@ impl BatcherHandle {
     /// Queues `request` and returns its answer to await. Fails at once, without queueing,
     /// when the deadline has already passed, the queue is full (RESOURCE_EXHAUSTED) or the
     /// batcher has stopped (UNAVAILABLE). The current `tracing` span travels with it.
-    pub fn enqueue(&self, request: BatchRequest) -> Result<Pending, Error> {
+    pub fn enqueue(&self, request: ValidRequest) -> Result<Pending, BatcherError> {
         let now = Instant::now();
-        if request.deadline.is_some_and(|deadline| deadline <= now) {
-            return Err(Error::DeadlineExceeded {
+        if request.deadline().is_some_and(|deadline| deadline <= now) {
+            return Err(BatcherError::DeadlineExceeded {
                 model: self.model.clone(),
             });
         }
@@ -75,7 +78,7 @@ impl BatcherHandle {
             .depth
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
                 self.policy
-                    .admits(waiting, request.priority)
+                    .admits(waiting, request.priority())
                     .then_some(waiting + 1)
             });
         if admitted.is_err() {
@@ -94,7 +97,7 @@ impl BatcherHandle {
                 release(&self.depth, 1);
                 Err(match err {
                     mpsc::error::TrySendError::Full(_) => self.queue_full(),
-                    mpsc::error::TrySendError::Closed(_) => Error::BatcherStopped {
+                    mpsc::error::TrySendError::Closed(_) => BatcherError::Stopped {
                         model: self.model.clone(),
                     },
                 })
@@ -102,8 +105,8 @@ impl BatcherHandle {
         }
     }
 
-    /// Queues `request` and waits for its outputs, in the order of `request.outputs`.
-    pub async fn submit(&self, request: BatchRequest) -> Result<Vec<NamedTensor>, Error> {
+    /// Queues `request` and waits for its outputs, in the order of `request.outputs()`.
+    pub async fn submit(&self, request: ValidRequest) -> Result<Vec<NamedTensor>, BatcherError> {
         self.enqueue(request)?.await
     }
 
@@ -112,8 +115,14 @@ impl BatcherHandle {
         self.depth.load(Ordering::Relaxed)
     }
 
-    pub fn model(&self) -> &str {
-        &self.model
+    /// The batching policy this batcher applies (how many rows it merges, how long it queues).
+    pub fn policy(&self) -> &BatchPolicy {
+        &self.policy
+    }
+
+    /// How many batches of this version run at once.
+    pub fn instances(&self) -> usize {
+        self.instances
     }
 
     /// Closes the queue and waits until everything queued has been answered.
@@ -130,8 +139,8 @@ impl BatcherHandle {
         }
     }
 
-    fn queue_full(&self) -> Error {
-        Error::QueueFull {
+    fn queue_full(&self) -> BatcherError {
+        BatcherError::QueueFull {
             model: self.model.clone(),
         }
     }

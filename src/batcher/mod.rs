@@ -8,15 +8,18 @@
 //! reply <─ oneshot <─ scatter (gather.rs): split outputs by each request's rows
 //! ```
 //!
-//! Callers validate a request against its signature first (`infer::check_inputs`) and resolve
-//! its output list; the batcher trusts both and only checks what merging needs: that the
-//! requests of one batch agree on everything but dimension 0, and that the outputs come back
-//! with one row per input row.
+//! A batcher takes only a [`ValidRequest`], whose constructor checks it against its signature
+//! and resolves its output list; the batcher trusts both and only checks what merging needs:
+//! that the requests of one batch agree on everything but dimension 0, and that the outputs
+//! come back with one row per input row.
 
+mod channel;
+mod execute;
 mod gather;
 mod handle;
 mod policy;
 mod priority;
+mod request;
 mod settings;
 mod task;
 #[cfg(test)]
@@ -26,31 +29,43 @@ pub use gather::{batch_key, gather, scatter, BatchKey};
 pub use handle::{BatcherHandle, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Next, Queued, Step};
 pub use priority::Priority;
+pub use request::{RequestError, ValidRequest};
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
 pub use task::{Batcher, Telemetry};
 
-use tokio::time::Instant;
-
-use crate::backend::{NamedTensor, OutputTarget};
+use crate::backend::BackendError;
+use crate::error_kind::ErrorKind;
 use crate::tensor::DecodeError;
 
-/// A request as the batcher takes it: validated against its signature by the caller.
-#[derive(Debug, Clone)]
-pub struct BatchRequest {
-    /// Index into the backend's signatures.
-    pub signature: usize,
-    pub inputs: Vec<NamedTensor>,
-    /// The outputs to return, in this order: the resolved list, not an empty "all" filter,
-    /// so that equal requests compare equal and can share a batch.
-    pub outputs: Vec<String>,
-    /// When the client stops waiting. A request still queued at its deadline is answered
-    /// DEADLINE_EXCEEDED instead of being run.
-    pub deadline: Option<Instant>,
-    /// Where the caller wants each output written (aligned with `outputs`; may be empty). A
-    /// request with targets always runs alone.
-    pub targets: Vec<OutputTarget>,
-    /// High-priority requests may use the queue's reserve and run before default ones.
-    pub priority: Priority,
+/// Why a batcher answered a request without outputs. The batcher sits below the request-path
+/// error type, which takes these over unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum BatcherError {
+    /// The version's queue is at its limit; the client should retry later.
+    #[error("the queue of model '{model}' is full; retry later")]
+    QueueFull { model: String },
+    /// The request's deadline passed while it waited for its turn.
+    #[error("the deadline passed before model '{model}' could run the request")]
+    DeadlineExceeded { model: String },
+    /// The batcher has stopped (the version is being unloaded).
+    #[error("model '{model}' is no longer accepting requests")]
+    Stopped { model: String },
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl BatcherError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::QueueFull { .. } => ErrorKind::ResourceExhausted,
+            Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
+            Self::Stopped { .. } => ErrorKind::Unavailable,
+            Self::Batch(_) => ErrorKind::Internal,
+            Self::Backend(err) => err.kind(),
+        }
+    }
 }
 
 /// Failures of merging, splitting or running a batch. All are server-side (INTERNAL): the

@@ -195,7 +195,7 @@ impl<K: PartialEq, T> BatchQueue<K, T> {
     }
 
     /// Drops what must not run, then says what to run or when to look again. With
-    /// `can_run == false` (a batch is in flight) nothing is cut, and the wake-up is the next
+    /// `can_run == false` (every instance is running a batch) nothing is cut, and the wake-up is the next
     /// request deadline, so that expired requests are answered on time even then.
     pub fn step(
         &mut self,

@@ -1,37 +1,30 @@
 //! The actor: a thin async shell around [`BatchQueue`] that owns the model version's backend.
 //!
 //! One task per model version receives requests from a bounded channel, asks the queue what to
-//! do, and runs at most one batch at a time on a blocking thread. Requests that arrive while a
-//! batch runs wait and form the next one, which is when batching pays: the backend serialises
-//! runs of one version anyway.
+//! do, and runs at most one batch per instance at a time, each on a blocking thread. Requests
+//! that arrive while every instance is busy wait and form the next batch, which is when
+//! batching pays.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
+use std::collections::HashMap;
+
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::{JoinError, JoinHandle};
+use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::Instant;
 use tracing::Span;
 
-use super::gather::{batch_key, gather, scatter, BatchKey};
+use super::channel::{release, Message, Reply};
+use super::execute::{execute, Failure, Outcome, Run};
+use super::gather::{batch_key, BatchKey};
 use super::handle::BatcherHandle;
 use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
-use super::{BatchError, BatchRequest, BatchSettings};
-use crate::backend::{Backend, BackendError, NamedTensor, OutputTarget};
-use crate::error::Error;
-use crate::metrics::{CopyStage, Metrics, ModelMetrics};
+use super::request::Parts;
+use super::{BatchError, BatchSettings, BatcherError};
+use crate::backend::{Backend, NamedTensor, OutputTarget};
+use crate::metrics::{Metrics, ModelMetrics, SecondsCounter};
 use crate::stats::ModelStats;
-
-pub(super) type Reply = Result<Vec<NamedTensor>, Error>;
-
-/// What crosses the channel: the request and everything needed to answer and trace it.
-pub(super) struct Message {
-    pub(super) request: BatchRequest,
-    pub(super) reply: oneshot::Sender<Reply>,
-    /// The caller's span, so that queueing and batching show up under its request.
-    pub(super) span: Span,
-    pub(super) enqueued: Instant,
-}
 
 /// A queued request, less what the policy keeps beside it.
 struct Waiting {
@@ -50,23 +43,46 @@ struct Waiter {
     span: Span,
 }
 
-/// Per-request outputs (or that request's own failure), in batch order, or why the whole batch
-/// failed.
-type Outcome = Result<Vec<Result<Vec<NamedTensor>, Failure>>, Failure>;
-
-enum Failure {
-    Backend(BackendError),
-    Batch(BatchError),
+/// A batch that runs, by the task that runs it.
+struct InFlight {
+    waiters: Vec<Waiter>,
+    instance: usize,
 }
 
-struct InFlight {
-    task: JoinHandle<Outcome>,
-    waiters: Vec<Waiter>,
+/// The batches running now, at most one per instance.
+struct Running {
+    tasks: JoinSet<Outcome>,
+    batches: HashMap<Id, InFlight>,
+    /// Instances without a batch; the lowest index is taken first, so that with light load
+    /// the same instance (and its warm caches) does the work.
+    free: Vec<usize>,
+}
+
+impl Running {
+    fn new(instances: usize) -> Self {
+        Self {
+            tasks: JoinSet::new(),
+            batches: HashMap::new(),
+            free: (0..instances.max(1)).rev().collect(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// The batch a finished task ran; its instance is free again.
+    fn finished(&mut self, id: Id) -> Option<InFlight> {
+        let done = self.batches.remove(&id)?;
+        self.free.push(done.instance);
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        Some(done)
+    }
 }
 
 enum Event {
     Received(Option<Message>),
-    Finished(Result<Outcome, JoinError>),
+    Finished(Result<(Id, Outcome), JoinError>),
     Wake,
 }
 
@@ -90,15 +106,30 @@ pub struct Batcher {
     /// Requests admitted and not yet cut into a batch or dropped; shared with the handle,
     /// which increments it on admission. The actor decrements it.
     depth: Arc<AtomicUsize>,
+    /// How many batches may run at once, and each one's busy-time counter.
+    busy: Vec<SecondsCounter>,
 }
 
 impl Batcher {
-    /// Starts the actor for `model` on the current Tokio runtime (it must be called from
-    /// within one) and returns the handle requests go through.
+    /// Starts the actor for `model` with one instance on the current Tokio runtime (it must
+    /// be called from within one) and returns the handle requests go through.
     pub fn spawn(
         model: impl Into<String>,
         backend: Arc<dyn Backend>,
         settings: &BatchSettings,
+        telemetry: Telemetry,
+    ) -> BatcherHandle {
+        Self::spawn_instances(model, backend, settings, 1, telemetry)
+    }
+
+    /// Like [`Batcher::spawn`], running up to `instances` batches at once (at least one). The
+    /// backend must be able to run that many at once to gain from it; see
+    /// `repository::Loader` for how the runtimes do.
+    pub fn spawn_instances(
+        model: impl Into<String>,
+        backend: Arc<dyn Backend>,
+        settings: &BatchSettings,
+        instances: usize,
         telemetry: Telemetry,
     ) -> BatcherHandle {
         let model = model.into();
@@ -109,6 +140,14 @@ impl Batcher {
         let (sender, receiver) = mpsc::channel(policy.capacity());
         let depth = Arc::new(AtomicUsize::new(0));
         let histograms = telemetry.metrics.model(&model, telemetry.version);
+        let instances = instances.max(1);
+        let busy = (0..instances)
+            .map(|instance| {
+                telemetry
+                    .metrics
+                    .instance_busy(&model, telemetry.version, instance)
+            })
+            .collect();
         let batcher = Batcher {
             model: model.clone(),
             backend,
@@ -117,19 +156,20 @@ impl Batcher {
             receiver,
             queue: BatchQueue::new(policy.clone()),
             depth: depth.clone(),
+            busy,
         };
         let actor = tokio::spawn(batcher.run());
-        BatcherHandle::new(model, policy, sender, depth, actor)
+        BatcherHandle::new(model, policy, sender, depth, instances, actor)
     }
 
     async fn run(mut self) {
-        let mut in_flight: Option<InFlight> = None;
+        let mut running = Running::new(self.busy.len());
         let mut open = true;
         loop {
             let now = Instant::now();
             let step = self
                 .queue
-                .step(now.into_std(), in_flight.is_none(), |waiting| {
+                .step(now.into_std(), !running.free.is_empty(), |waiting| {
                     waiting.reply.is_closed()
                 });
             self.release(step.expired.len() + step.abandoned.len());
@@ -137,7 +177,7 @@ impl Batcher {
                 waiting
                     .span
                     .in_scope(|| tracing::debug!("deadline passed in the queue"));
-                let _ = waiting.reply.send(Err(Error::DeadlineExceeded {
+                let _ = waiting.reply.send(Err(BatcherError::DeadlineExceeded {
                     model: self.model.clone(),
                 }));
             }
@@ -148,18 +188,20 @@ impl Batcher {
             }
             let wake = match step.next {
                 Next::Run(batch) => {
-                    in_flight = Some(self.start(batch));
+                    self.start(&mut running, batch);
                     continue;
                 }
                 Next::WakeAt(at) => Some(Instant::from_std(at)),
                 Next::Idle => None,
             };
-            if !open && in_flight.is_none() && self.queue.is_empty() {
+            if !open && running.is_empty() && self.queue.is_empty() {
                 break;
             }
             let event = tokio::select! {
                 message = self.receiver.recv(), if open => Event::Received(message),
-                joined = join(&mut in_flight), if in_flight.is_some() => Event::Finished(joined),
+                Some(joined) = running.tasks.join_next_with_id(), if !running.is_empty() => {
+                    Event::Finished(joined)
+                }
                 () = tokio::time::sleep_until(wake.unwrap_or(now)), if wake.is_some() => Event::Wake,
                 else => break,
             };
@@ -177,8 +219,12 @@ impl Batcher {
                     self.queue.close();
                 }
                 Event::Finished(joined) => {
-                    if let Some(done) = in_flight.take() {
-                        self.finish(done.waiters, joined);
+                    let id = match &joined {
+                        Ok((id, _)) => *id,
+                        Err(err) => err.id(),
+                    };
+                    if let Some(done) = running.finished(id) {
+                        self.finish(done.waiters, joined.map(|(_, outcome)| outcome));
                     }
                 }
                 Event::Wake => {}
@@ -194,14 +240,14 @@ impl Batcher {
             span,
             enqueued,
         } = message;
-        let BatchRequest {
+        let Parts {
             signature,
             inputs,
             outputs,
             deadline,
             targets,
             priority,
-        } = request;
+        } = request.into_parts();
         // A request that wants outputs written into its own memory runs alone.
         let mergeable = targets.iter().all(Option::is_none);
         let (key, rows) = if mergeable && self.queue.policy().batching_enabled() {
@@ -230,8 +276,11 @@ impl Batcher {
         });
     }
 
-    /// Hands `batch` to a blocking thread; its requests stop counting as queued.
-    fn start(&self, batch: Vec<Queued<BatchKey, Waiting>>) -> InFlight {
+    /// Hands `batch` to a blocking thread on a free instance; its requests stop counting as
+    /// queued.
+    fn start(&self, running: &mut Running, batch: Vec<Queued<BatchKey, Waiting>>) {
+        // The queue cuts a batch only when told an instance is free.
+        let instance = running.free.pop().unwrap_or_default();
         self.release(batch.len());
         let size = batch.len();
         let mut call = None;
@@ -275,7 +324,8 @@ impl Batcher {
         let backend = self.backend.clone();
         let telemetry = self.telemetry.clone();
         let histograms = self.histograms.clone();
-        let task = tokio::task::spawn_blocking(move || {
+        let busy = self.busy.get(instance).cloned().unwrap_or_default();
+        let task = running.tasks.spawn_blocking(move || {
             let started = std::time::Instant::now();
             let outcome = span.in_scope(|| {
                 let run = Run {
@@ -287,13 +337,18 @@ impl Batcher {
                 };
                 execute(backend.as_ref(), run, requests, &telemetry)
             });
+            let took = started.elapsed();
+            telemetry.stats.record_busy(instance, took);
+            busy.inc_by(took.as_secs_f64());
             if outcome.is_ok() {
                 telemetry.stats.record_execution(inferences);
-                histograms.observe_execution(started.elapsed(), inferences);
+                histograms.observe_execution(took, inferences);
             }
             outcome
         });
-        InFlight { task, waiters }
+        running
+            .batches
+            .insert(task.id(), InFlight { waiters, instance });
     }
 
     fn finish(&self, waiters: Vec<Waiter>, joined: Result<Outcome, JoinError>) {
@@ -324,98 +379,6 @@ impl Batcher {
     }
 }
 
-/// Runs one batch: a lone request as it came (its tensors are passed on, not copied), a
-/// merged one gathered, run and scattered.
-/// Runs one batch, timing its three phases as Triton's statistics split them: gathering the
-/// inputs, the runtime, and splitting the outputs (the first and last are empty for a request
-/// that runs alone).
-/// What one batch runs: its signature and outputs, and how its requests split.
-struct Run<'a> {
-    signature: usize,
-    outputs: &'a [String],
-    /// Set only for a request that runs alone.
-    targets: &'a [OutputTarget],
-    /// Rows per request as the policy counted them (for splitting outputs).
-    rows: &'a [usize],
-    /// Rows along dimension 0 over all requests (for statistics).
-    inferences: u64,
-}
-
-fn execute(
-    backend: &dyn Backend,
-    run: Run<'_>,
-    mut requests: Vec<Vec<NamedTensor>>,
-    telemetry: &Telemetry,
-) -> Outcome {
-    let Run {
-        signature,
-        outputs,
-        targets,
-        rows,
-        inferences,
-    } = run;
-    let stats = &telemetry.stats;
-    let sig = backend
-        .signatures()
-        .get(signature)
-        .ok_or(Failure::Batch(BatchError::UnknownSignature(signature)))?;
-    let phase = std::time::Instant::now();
-    // A merged batch keeps its requests (reference-counted tensors, not copies of their
-    // bytes) so that, if the runtime fails it, each can run alone and fail alone.
-    let mut alone = Vec::new();
-    let inputs = if requests.len() == 1 {
-        requests.pop().unwrap_or_default()
-    } else {
-        alone.clone_from(&requests);
-        let inputs = gather(requests).map_err(Failure::Batch)?;
-        let gathered = inputs
-            .iter()
-            .filter_map(|(_, tensor)| tensor.bytes().map(|b| b.len()))
-            .sum();
-        telemetry
-            .metrics
-            .record_copy(CopyStage::BatchGather, gathered);
-        inputs
-    };
-    let input_time = phase.elapsed();
-
-    let phase = std::time::Instant::now();
-    let merged = match backend.run_into(sig, inputs, outputs, targets) {
-        Ok(merged) => merged,
-        Err(err) if !alone.is_empty() => {
-            tracing::debug!(error = %err, requests = alone.len(), "a merged batch failed; running its requests one by one");
-            return Ok(alone
-                .into_iter()
-                .map(|inputs| {
-                    backend
-                        .run_into(sig, inputs, outputs, &[])
-                        .map_err(Failure::Backend)
-                })
-                .collect());
-        }
-        Err(err) => return Err(Failure::Backend(err)),
-    };
-    let infer_time = phase.elapsed();
-
-    let phase = std::time::Instant::now();
-    let split = if rows.len() == 1 {
-        Ok(vec![Ok(merged)])
-    } else {
-        scatter(merged, rows)
-            .map(|split| split.into_iter().map(Ok).collect())
-            .map_err(Failure::Batch)
-    };
-    stats.record_compute(inferences, input_time, infer_time, phase.elapsed());
-    split
-}
-
-async fn join(slot: &mut Option<InFlight>) -> Result<Outcome, JoinError> {
-    match slot {
-        Some(in_flight) => (&mut in_flight.task).await,
-        None => std::future::pending().await,
-    }
-}
-
 fn join_failure(err: JoinError) -> BatchError {
     if !err.is_panic() {
         return BatchError::Cancelled;
@@ -427,30 +390,4 @@ fn join_failure(err: JoinError) -> BatchError {
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "no message".to_owned());
     BatchError::BackendPanicked(message)
-}
-
-impl Failure {
-    /// One error per request of the failed batch; the errors carry only strings, so each
-    /// request gets its own copy.
-    fn to_error(&self) -> Error {
-        match self {
-            Self::Batch(err) => Error::Batch(err.clone()),
-            Self::Backend(err) => Error::Backend(match err {
-                BackendError::Library(message) => BackendError::Library(message.clone()),
-                BackendError::Load { path, message } => BackendError::Load {
-                    path: path.clone(),
-                    message: message.clone(),
-                },
-                BackendError::InvalidInput(message) => BackendError::InvalidInput(message.clone()),
-                BackendError::Runtime(message) => BackendError::Runtime(message.clone()),
-            }),
-        }
-    }
-}
-
-pub(super) fn release(depth: &AtomicUsize, count: usize) {
-    // Saturating, so that a miscount can never wrap around and refuse every request.
-    let _ = depth.fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
-        Some(waiting.saturating_sub(count))
-    });
 }

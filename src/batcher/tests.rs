@@ -9,7 +9,9 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::backend::{Backend, BackendError, NamedTensor, Signature, TensorSpec};
-use crate::error::{Error, ErrorKind};
+use crate::error_kind::ErrorKind;
+
+type Error = BatcherError;
 use crate::tensor::{DataType, Tensor};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -143,16 +145,22 @@ fn spawn(mock: &Arc<Mock>, settings: &BatchSettings) -> BatcherHandle {
 }
 
 /// A request with `rows` rows of `x`, each row `width` copies of `value`, asking for `y`.
-fn request(value: f32, rows: usize, width: usize) -> BatchRequest {
+fn request(value: f32, rows: usize, width: usize) -> ValidRequest {
+    request_for("y", value, rows, width)
+}
+
+/// Like [`request`], asking for `output`.
+fn request_for(output: &str, value: f32, rows: usize, width: usize) -> ValidRequest {
     let x = Tensor::from_vec(vec![rows, width], vec![value; rows * width]).unwrap();
-    BatchRequest {
-        targets: Vec::new(),
-        signature: 0,
-        inputs: vec![("x".into(), x)],
-        outputs: vec!["y".into()],
-        deadline: None,
-        priority: Priority::Default,
-    }
+    let signatures = Mock::new(Behaviour::Double).signatures;
+    ValidRequest::new(
+        &signatures,
+        0,
+        vec![("x".into(), x)],
+        vec![output.into()],
+        Vec::new(),
+    )
+    .unwrap()
 }
 
 /// The `y` of an answer, checked to be twice the request's `value` in every element.
@@ -232,8 +240,7 @@ async fn a_preferred_size_is_cut_early_and_the_rest_waits() {
 async fn requests_of_different_shapes_or_outputs_are_not_merged() {
     let mock = Arc::new(Mock::new(Behaviour::Double));
     let handle = spawn(&mock, &settings(8, Duration::from_millis(1)));
-    let mut sums = request(5.0, 1, 2);
-    sums.outputs = vec!["sum".into()];
+    let sums = request_for("sum", 5.0, 1, 2);
     let pending = vec![
         handle.enqueue(request(1.0, 1, 2)).unwrap(),
         handle.enqueue(request(2.0, 1, 3)).unwrap(),
@@ -263,8 +270,7 @@ async fn a_request_whose_deadline_passes_in_the_queue_is_answered_not_run() {
     let running = handle.enqueue(request(1.0, 1, 2)).unwrap();
     starts.recv().await.unwrap();
 
-    let mut late = request(2.0, 1, 2);
-    late.deadline = Some(Instant::now() + Duration::from_millis(5));
+    let late = request(2.0, 1, 2).with_deadline(Some(Instant::now() + Duration::from_millis(5)));
     let late = handle.enqueue(late).unwrap();
     let patient = handle.enqueue(request(3.0, 1, 2)).unwrap();
     // Let the actor queue both and go to sleep until the deadline.
@@ -283,8 +289,7 @@ async fn a_request_whose_deadline_passes_in_the_queue_is_answered_not_run() {
     doubled(patient.await, 3.0);
     assert_eq!(batches(&mock), vec![vec![1.0], vec![3.0]]);
 
-    let mut expired = request(4.0, 1, 2);
-    expired.deadline = Some(Instant::now());
+    let expired = request(4.0, 1, 2).with_deadline(Some(Instant::now()));
     let refused = handle.enqueue(expired).err().unwrap();
     assert_eq!(refused.kind(), ErrorKind::DeadlineExceeded);
 }
@@ -318,7 +323,7 @@ async fn a_full_queue_refuses_at_once() {
     let queued = enqueue_all(&handle, &[2.0, 3.0]);
     assert_eq!(handle.queue_depth(), 2);
     let refused = handle.enqueue(request(4.0, 1, 2)).err().unwrap();
-    assert!(matches!(refused, Error::QueueFull { .. }));
+    assert!(matches!(refused, BatcherError::QueueFull { .. }));
     assert_eq!(refused.kind(), ErrorKind::ResourceExhausted);
 
     permits.send(()).unwrap();
@@ -343,17 +348,14 @@ async fn a_full_queue_still_admits_high_priority_requests_and_runs_them_first() 
     let queued = enqueue_all(&handle, &[2.0, 3.0]);
     assert!(matches!(
         handle.enqueue(request(4.0, 1, 2)),
-        Err(Error::QueueFull { .. })
+        Err(BatcherError::QueueFull { .. })
     ));
-    let urgent = |value| BatchRequest {
-        priority: Priority::High,
-        ..request(value, 1, 2)
-    };
+    let urgent = |value| request(value, 1, 2).with_priority(Priority::High);
     // A queue of 2 has a reserve of 1 for high priority, and no more.
     let first = handle.enqueue(urgent(5.0)).unwrap();
     assert!(matches!(
         handle.enqueue(urgent(6.0)),
-        Err(Error::QueueFull { .. })
+        Err(BatcherError::QueueFull { .. })
     ));
 
     for _ in 0..4 {
@@ -384,7 +386,7 @@ async fn a_lone_request_reaches_the_backend_by_reference() {
     let mock = Arc::new(Mock::new(Behaviour::Double));
     let handle = spawn(&mock, &settings(4, Duration::ZERO));
     let lone = request(1.0, 3, 2);
-    let address = lone.inputs[0].1.bytes().unwrap().as_ptr() as usize;
+    let address = lone.inputs()[0].1.bytes().unwrap().as_ptr() as usize;
     doubled(handle.submit(lone).await, 1.0);
     assert_eq!(mock.runs.lock().unwrap()[0].1, address);
 }
@@ -397,7 +399,7 @@ async fn a_backend_error_fails_every_request_of_the_batch() {
     for reply in join_all(pending).await {
         let err = reply.unwrap_err();
         assert!(
-            matches!(err, Error::Backend(BackendError::Runtime(_))),
+            matches!(err, BatcherError::Backend(BackendError::Runtime(_))),
             "{err}"
         );
         assert!(err.to_string().contains("boom"));
@@ -440,7 +442,10 @@ async fn outputs_without_a_batch_dimension_fail_merged_batches_only() {
     for reply in join_all(pending).await {
         let err = reply.unwrap_err();
         assert!(
-            matches!(err, Error::Batch(BatchError::OutputNotBatched { .. })),
+            matches!(
+                err,
+                BatcherError::Batch(BatchError::OutputNotBatched { .. })
+            ),
             "{err}"
         );
     }
@@ -459,4 +464,81 @@ async fn shutdown_runs_what_is_queued_then_stops() {
         doubled(reply, value);
     }
     assert_eq!(batches(&mock), vec![vec![1.0, 2.0, 3.0]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_instances_run_two_batches_at_once_and_a_third_waits() {
+    let (mock, permits, mut starts) = Mock::gated(Behaviour::Double);
+    let mock = Arc::new(mock);
+    let telemetry = Telemetry::default();
+    let stats = telemetry.stats.clone();
+    let handle = Batcher::spawn_instances(
+        "m",
+        mock.clone(),
+        &settings(0, Duration::ZERO),
+        2,
+        telemetry,
+    );
+    assert_eq!(handle.instances(), 2);
+    let first = handle.enqueue(request(1.0, 1, 2)).unwrap();
+    let second = handle.enqueue(request(2.0, 1, 2)).unwrap();
+    let third = handle.enqueue(request(3.0, 1, 2)).unwrap();
+    // Both instances start a run before either is allowed to finish: with one instance the
+    // second start would never come.
+    starts.recv().await.unwrap();
+    starts.recv().await.unwrap();
+    tokio::task::yield_now().await;
+    assert!(starts.try_recv().is_err(), "a third run started");
+    assert_eq!(handle.queue_depth(), 1);
+
+    for _ in 0..3 {
+        permits.send(()).unwrap();
+    }
+    doubled(first.await, 1.0);
+    doubled(second.await, 2.0);
+    doubled(third.await, 3.0);
+    let busy = stats.instance_busy();
+    assert_eq!(busy.len(), 2, "{busy:?}");
+    assert_eq!(busy.iter().map(|(runs, _)| runs).sum::<u64>(), 3);
+    assert!(busy.iter().all(|(runs, _)| *runs >= 1), "{busy:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_every_instance_busy_queued_requests_still_merge() {
+    let (mock, permits, mut starts) = Mock::gated(Behaviour::Double);
+    let mock = Arc::new(mock);
+    let handle = Batcher::spawn_instances(
+        "m",
+        mock.clone(),
+        &settings(8, Duration::ZERO),
+        2,
+        Telemetry::default(),
+    );
+    // One at a time, so that the two do not merge into one batch.
+    let first = handle.enqueue(request(1.0, 1, 2)).unwrap();
+    starts.recv().await.unwrap();
+    let second = handle.enqueue(request(2.0, 1, 2)).unwrap();
+    starts.recv().await.unwrap();
+    let busy = [first, second];
+    // Both instances run; these three wait together and leave as one batch.
+    let waiting = [
+        handle.enqueue(request(3.0, 1, 2)).unwrap(),
+        handle.enqueue(request(4.0, 1, 2)).unwrap(),
+        handle.enqueue(request(5.0, 1, 2)).unwrap(),
+    ];
+    tokio::task::yield_now().await;
+    assert_eq!(handle.queue_depth(), 3);
+    for _ in 0..3 {
+        permits.send(()).unwrap();
+    }
+    for (pending, value) in busy.into_iter().zip([1.0, 2.0]) {
+        doubled(pending.await, value);
+    }
+    for (pending, value) in waiting.into_iter().zip([3.0, 4.0, 5.0]) {
+        doubled(pending.await, value);
+    }
+    let mut runs = batches(&mock);
+    runs.sort_by_key(Vec::len);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert_eq!(runs[2], vec![3.0, 4.0, 5.0]);
 }

@@ -517,7 +517,14 @@ impl ModelRepository {
                     metrics: self.loader.metrics.clone(),
                     version: folder.version,
                 };
-                let batcher = Batcher::spawn(model, backend.clone(), &batching, telemetry);
+                let instances = self.loader.instances(config);
+                let batcher = Batcher::spawn_instances(
+                    model,
+                    backend.clone(),
+                    &batching,
+                    instances,
+                    telemetry,
+                );
                 let (alive_tx, alive_rx) = oneshot::channel();
                 let loaded = LoadedModel {
                     name: model.to_owned(),

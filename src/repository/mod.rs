@@ -16,15 +16,17 @@ mod triton_config;
 mod warmup;
 mod warmup_log;
 
+pub use crate::version::{VersionError, VersionSelector};
 pub use confine::{check_model_name, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES};
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{BackendDecorator, ModelRepository, ServedModel};
 pub use model_config::{
-    ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MODEL_CONFIG_FILE,
+    InstancesConfig, ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MAX_INSTANCES,
+    MODEL_CONFIG_FILE,
 };
 pub use scan::{
-    parse_version, scan, scan_model, subfolders, ModelFolder, ScanError, VersionFolder,
-    EXPECTED_LAYOUT, ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
+    parse_version, scan_model, subfolders, ScanError, VersionFolder, EXPECTED_LAYOUT,
+    ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
 };
 
 use std::collections::BTreeMap;
@@ -45,9 +47,29 @@ pub struct Loader {
     /// Batching for models whose config.toml has no `[batching]` section.
     pub default_batching: BatchSettings,
     pub metrics: Arc<Metrics>,
+    /// Instances for models whose config.toml has no `[instances]` section; 0: automatic.
+    pub instances: usize,
 }
 
+/// The most instances the automatic choice gives a version: each ONNX instance holds its own
+/// copy of the weights, so memory, not cores, bounds it on large machines.
+pub const MAX_AUTOMATIC_INSTANCES: usize = 4;
+
 impl Loader {
+    /// How many batches of one version of a model with `config` run at once: its
+    /// `[instances] count`, else `--instances`. 0 means automatic: one instance per
+    /// `intra_op_threads` cores the process may use (so that the instances together use
+    /// every core once), at least 1 and at most [`MAX_AUTOMATIC_INSTANCES`].
+    pub fn instances(&self, config: &ModelConfig) -> usize {
+        let count = config.instances.map_or(self.instances, |table| table.count);
+        if count > 0 {
+            return count;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let per_instance = config.runtime.threads(self.threads).intra_op.max(1);
+        (cores / per_instance).clamp(1, MAX_AUTOMATIC_INSTANCES)
+    }
+
     /// Loads the runtime for one version folder, with its model's settings. Blocks.
     pub fn load(
         &self,
@@ -73,7 +95,10 @@ impl Loader {
             }
         }
         match format {
-            ModelFormat::Onnx => Ok(Arc::new(self.onnx.load_model(&path, threads)?)),
+            ModelFormat::Onnx => {
+                let instances = self.instances(config);
+                Ok(Arc::new(self.onnx.load_model(&path, threads, instances)?))
+            }
             ModelFormat::TorchScript => load_torch(&path, config, threads),
             ModelFormat::SavedModel => load_saved_model(&path, threads),
         }
@@ -277,14 +302,6 @@ pub enum VersionState {
     },
 }
 
-/// Which version a request asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum VersionSelector {
-    Latest,
-    Specific(u64),
-    Label(String),
-}
-
 /// One model and the versions the repository manages for it.
 #[derive(Clone)]
 pub struct ModelRecord {
@@ -329,6 +346,25 @@ impl ModelRecord {
                 model: self.name.clone(),
                 version,
             }),
+        }
+    }
+
+    /// The version number `selector` stands for in this model, without requiring it to be
+    /// available: `None` for the latest (every version, in status listings).
+    pub fn version_of(&self, selector: &VersionSelector) -> Result<Option<u64>, Error> {
+        match selector {
+            VersionSelector::Latest => Ok(None),
+            VersionSelector::Specific(version) => Ok(Some(*version)),
+            label @ VersionSelector::Label(_) => Ok(Some(self.resolve(label)?.version)),
+        }
+    }
+
+    /// Whether `version` of this model is one `selector` picks (every version for latest).
+    pub fn selects(&self, selector: &VersionSelector, version: u64) -> bool {
+        match selector {
+            VersionSelector::Latest => true,
+            VersionSelector::Specific(want) => *want == version,
+            VersionSelector::Label(label) => self.labels.get(label) == Some(&version),
         }
     }
 

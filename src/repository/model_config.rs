@@ -20,8 +20,8 @@
 //! [runtime]                   # threads of the model's runtime (default: the server flags)
 //! intra_op_threads = 2
 //!
-//! [instances]                 # batches of one version that may run at once
-//! count = 2
+//! [instances]                 # batches of one version that run at once (default:
+//! count = 2                   # --instances; 0: automatic, see `Loader::instances`)
 //!
 //! [[input]]                   # the signature, for formats whose files carry none
 //! name = "features"           # (TorchScript); see `declared`
@@ -62,14 +62,14 @@ pub struct ModelConfig {
     pub warmup: Option<WarmupConfig>,
     #[serde(default)]
     pub runtime: RuntimeConfig,
+    /// `[instances]`: how many batches of one version may run at once.
+    pub instances: Option<InstancesConfig>,
     /// `[[input]]` tables: the declared signature's inputs, in the order the model takes them.
     #[serde(default)]
     pub input: Vec<DeclaredTensor>,
     /// `[[output]]` tables: its outputs, in the order the model returns them.
     #[serde(default)]
     pub output: Vec<DeclaredTensor>,
-    /// `[instances]`: how many batches of one version may run at once.
-    pub instances: Option<InstancesTable>,
     /// The model file in each version folder, when it is not the default name.
     pub model_filename: Option<String>,
     /// The platform the model is for, in Triton's spelling (`onnxruntime_onnx`,
@@ -81,10 +81,15 @@ pub struct ModelConfig {
     pub ignored: Vec<String>,
 }
 
-/// `[instances]` as written.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// The most instances a version may have: each ONNX instance is a session with its own copy of
+/// the weights, so a typo of a few zeros would exhaust memory instead of failing the load.
+pub const MAX_INSTANCES: usize = 64;
+
+/// `[instances]`, Triton's `instance_group { count }`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct InstancesTable {
+pub struct InstancesConfig {
+    /// Instances of each loaded version; 0 picks automatically.
     pub count: usize,
 }
 
@@ -253,8 +258,12 @@ impl ModelConfig {
                 ));
             }
         }
-        if self.instances.as_ref().is_some_and(|i| i.count == 0) {
-            return Err("[instances]: count must be at least 1".into());
+        if let Some(InstancesConfig { count }) = self.instances {
+            if count > MAX_INSTANCES {
+                return Err(format!(
+                    "[instances]: count must be at most {MAX_INSTANCES}, got {count}"
+                ));
+            }
         }
         Ok(())
     }
@@ -333,8 +342,10 @@ mod tests {
             "[batching]\nmax_batch_size = 32\nmax_queue_delay_us = 500\n\
              [version_policy]\nspecific = [1, 3]\n\
              [version_labels]\nstable = 1\n\
-             [warmup]\nrequests = 2\nshapes = { x = [1, 4] }\n",
+             [warmup]\nrequests = 2\nshapes = { x = [1, 4] }\n\
+             [instances]\ncount = 3\n",
         )?;
+        assert_eq!(config.instances, Some(InstancesConfig { count: 3 }));
         assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(32));
         assert_eq!(config.policy(), Ok(VersionPolicy::Specific(vec![1, 3])));
         assert_eq!(config.version_labels.get("stable"), Some(&1));
@@ -351,6 +362,9 @@ mod tests {
             ("[version_policy]\nlatest = 1\nall = true\n", "one of"),
             ("[version_policy]\nlatest = 0\n", "at least 1"),
             ("[version_labels]\nstable = 0\n", "positive"),
+            ("[instances]\ncount = -1\n", "expected usize"),
+            ("[instances]\nkind = \"gpu\"\n", "kind"),
+            ("[instances]\ncount = 1000\n", "at most 64"),
         ] {
             let err = with_config(text).err().unwrap_or_default();
             assert!(err.contains(needle), "{text:?}: {err}");
@@ -376,7 +390,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let config = config?;
         assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(2));
-        assert_eq!(config.instances.as_ref().map(|i| i.count), Some(1));
+        assert_eq!(config.instances.map(|i| i.count), Some(1));
         assert_eq!(config.policy(), Ok(VersionPolicy::All));
         assert_eq!(config.model_filename.as_deref(), Some("m.onnx"));
         Ok(())

@@ -9,26 +9,10 @@ pub const TORCH_MODEL_FILE: &str = "model.pt";
 /// A TensorFlow SavedModel: this file, its `variables/` folder and optional `assets*/`.
 pub const SAVED_MODEL_FILE: &str = "saved_model.pb";
 
-/// One model folder as found on disk.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelFolder {
-    pub name: String,
-    pub path: PathBuf,
-    /// Numeric version folders, ascending by version number.
-    pub versions: Vec<VersionFolder>,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub struct VersionFolder {
     pub version: u64,
     pub path: PathBuf,
-}
-
-impl ModelFolder {
-    /// The highest version, which the default policy serves.
-    pub fn latest(&self) -> Option<&VersionFolder> {
-        self.versions.last()
-    }
 }
 
 /// Why the model directory itself could not be read.
@@ -40,22 +24,6 @@ pub enum ScanError {
         #[source]
         source: std::io::Error,
     },
-}
-
-/// Lists the model folders under `dir`, sorted by name. Folders whose name is not a positive
-/// integer are not versions and are ignored, as are hidden entries and plain files.
-pub fn scan(dir: &Path) -> Result<Vec<ModelFolder>, ScanError> {
-    let mut models = Vec::new();
-    for (name, path) in subfolders(dir)? {
-        let versions = scan_model(&path)?;
-        models.push(ModelFolder {
-            name,
-            path,
-            versions,
-        });
-    }
-    models.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(models)
 }
 
 /// The numeric version folders of one model folder, ascending by version number.
@@ -132,12 +100,12 @@ mod tests {
         std::fs::write(dir.join("README.md"), "not a model")?;
         std::fs::create_dir_all(dir.join("lost+found"))?;
         std::fs::create_dir_all(dir.join(".snapshot").join("1"))?;
-        let models = scan(&dir)?;
+        let models = subfolders(&dir)?;
+        let versions = scan_model(&dir.join("m"))?;
         std::fs::remove_dir_all(&dir)?;
         assert_eq!(models.len(), 1);
-        let versions: Vec<u64> = models[0].versions.iter().map(|v| v.version).collect();
+        let versions: Vec<u64> = versions.iter().map(|v| v.version).collect();
         assert_eq!(versions, vec![2, 9, 10]);
-        assert_eq!(models[0].latest().map(|v| v.version), Some(10));
         Ok(())
     }
 }

@@ -26,7 +26,7 @@ use crate::proto::inference as triton;
 use crate::textproto::{self, TextProtoError};
 
 use super::declared::{DeclaredDim, DeclaredTensor};
-use super::model_config::{InstancesTable, ModelConfig, VersionPolicyTable};
+use super::model_config::{InstancesConfig, ModelConfig, VersionPolicyTable};
 use crate::batcher::BatchSettings;
 
 /// The name of Triton's per-model configuration file.
@@ -115,7 +115,7 @@ impl TritonConfig {
                 .iter()
                 .map(|group| i64::from(group.count.max(1)))
                 .sum();
-            config.instances = Some(InstancesTable {
+            config.instances = Some(InstancesConfig {
                 count: usize::try_from(count).unwrap_or(1),
             });
             if parsed.instance_group.iter().any(|g| {

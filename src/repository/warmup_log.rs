@@ -8,11 +8,10 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::tfrecord;
-use crate::api::tfserving::tensor_proto;
 use crate::backend::Backend;
-use crate::infer::{check_inputs, select_outputs};
+use crate::batcher::ValidRequest;
 use crate::proto::tensorflow::serving::{prediction_log::LogType, PredictRequest, PredictionLog};
-use crate::tensor::DecodeLimits;
+use crate::tensor::{tensor_proto, DecodeLimits};
 
 /// Where TF Serving looks for the warmup file, relative to the version folder.
 pub const WARMUP_FILE: &str = "assets.extra/tf_serving_warmup_requests";
@@ -67,10 +66,13 @@ fn run(backend: &dyn Backend, request: PredictRequest) -> Result<(), String> {
         .map(|spec| spec.signature_name.as_str())
         .unwrap_or_default();
     let signatures = backend.signatures();
-    let signature = if name.is_empty() {
-        signatures.first()
+    let (index, signature) = if name.is_empty() {
+        signatures.iter().enumerate().next()
     } else {
-        signatures.iter().find(|sig| sig.name == name)
+        signatures
+            .iter()
+            .enumerate()
+            .find(|(_, sig)| sig.name == name)
     }
     .ok_or_else(|| format!("the model has no signature '{name}'"))?;
     let limits = DecodeLimits::default();
@@ -83,11 +85,11 @@ fn run(backend: &dyn Backend, request: PredictRequest) -> Result<(), String> {
                 .map_err(|err| err.in_input(&input).to_string())
         })
         .collect::<Result<Vec<_>, _>>()?;
-    check_inputs(signature, &inputs).map_err(|err| err.to_string())?;
-    let outputs =
-        select_outputs(signature, request.output_filter).map_err(|err| err.to_string())?;
+    let valid = ValidRequest::new(signatures, index, inputs, request.output_filter, Vec::new())
+        .map_err(|err| err.to_string())?;
+    let outputs = valid.outputs().to_vec();
     backend
-        .run(signature, inputs, &outputs)
+        .run(signature, valid.into_inputs(), &outputs)
         .map(|_| ())
         .map_err(|err| err.to_string())
 }

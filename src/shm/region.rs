@@ -264,7 +264,10 @@ pub struct RegionWindow {
     len: usize,
 }
 
-impl OutputMemory for RegionWindow {
+// SAFETY: the window was bounds-checked against the mapping when it was made, and it holds
+// the region, whose mapping therefore stays in place (unmapping is deferred until the last
+// holder is gone) for as long as the window lives.
+unsafe impl OutputMemory for RegionWindow {
     fn as_mut_ptr(&self) -> *mut u8 {
         // In bounds: `start + len <= byte_size` was checked when the window was made.
         self.region.map.as_mut_ptr().wrapping_add(self.start)

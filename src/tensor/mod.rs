@@ -7,6 +7,7 @@
 mod dtype;
 mod element;
 mod error;
+pub mod tensor_proto;
 
 pub use dtype::DataType;
 pub use element::{BoolByte, Element};

@@ -84,6 +84,7 @@ impl TestServer {
             },
             default_batching: batching,
             metrics: metrics.clone(),
+            instances: 1,
         };
         let mut repository = ModelRepository::new(&repo_path(models), loader);
         if let Some(decorate) = decorate {

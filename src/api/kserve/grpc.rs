@@ -9,8 +9,8 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{
     codec, infer, model_config, model_metadata, refuse_load_overrides, repository_index,
-    scheduling_params, version_selector, InferRequest, InferResponse, InputData, InputRequest,
-    OutputRequest, Param, Params, ShmRef, EXTENSIONS,
+    scheduling_params, InferRequest, InferResponse, InputData, InputRequest, OutputRequest, Param,
+    Params, ShmRef, EXTENSIONS,
 };
 use crate::api::health::Health;
 use crate::error::Error;
@@ -190,7 +190,7 @@ pub fn statistics(
     name: Option<&str>,
     version: &str,
 ) -> Result<pb::ModelStatisticsResponse, Error> {
-    let selector = version_selector(version)?;
+    let selector = VersionSelector::from_kserve(version)?;
     let snapshot = service.repository().snapshot();
     if let (Some(name), VersionSelector::Label(label)) = (name, &selector) {
         // An unknown label is a bad request, as everywhere else, not an empty answer.
@@ -208,12 +208,7 @@ pub fn statistics(
             let VersionState::Available(model) = state else {
                 continue;
             };
-            let wanted = match &selector {
-                VersionSelector::Latest => true,
-                VersionSelector::Specific(want) => want == v,
-                VersionSelector::Label(label) => record.labels.get(label) == Some(v),
-            };
-            if !wanted {
+            if !record.selects(&selector, *v) {
                 continue;
             }
             let s = &model.stats;
@@ -312,7 +307,8 @@ impl GrpcInferenceService for KserveGrpc {
         request: Request<pb::ModelReadyRequest>,
     ) -> Result<Response<pb::ModelReadyResponse>, Status> {
         let request = request.into_inner();
-        let ready = version_selector(&request.version)
+        let ready = VersionSelector::from_kserve(&request.version)
+            .map_err(Error::from)
             .and_then(|selector| self.service.resolve(&request.name, selector))
             .is_ok();
         Ok(Response::new(pb::ModelReadyResponse { ready }))

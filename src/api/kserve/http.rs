@@ -143,7 +143,8 @@ async fn metadata_version(
 
 /// 200 when the model (version) can serve; an error status otherwise, as Triton answers.
 fn readiness(s: &InferService, name: &str, version: &str) -> Reply {
-    s.resolve(name, super::version_selector(version)?)?;
+    let version = crate::repository::VersionSelector::from_kserve(version).map_err(Error::from)?;
+    s.resolve(name, version)?;
     Ok(json_response(&json!({ "name": name, "ready": true })))
 }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 use crate::backend::OutputTarget;
 use crate::batcher::Priority;
 use crate::error::Error;
-use crate::infer::{InferService, Prediction};
+use crate::infer::{Decoded, InferService, ModelTarget};
 use crate::metrics::CopyStage;
 use crate::repository::VersionSelector;
 use crate::request::RequestContext;
@@ -33,7 +33,6 @@ pub const EXTENSIONS: &[&str] = &[
     "model_repository",
     "model_configuration",
     "system_shared_memory",
-    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -199,28 +198,6 @@ pub struct InferResponse {
     pub outputs: Vec<OutputResult>,
 }
 
-/// KServe's version field: empty means the newest available version, a number names a
-/// version, anything else is a version label.
-pub fn version_selector(version: &str) -> Result<VersionSelector, Error> {
-    if version.is_empty() {
-        return Ok(VersionSelector::Latest);
-    }
-    if !version.bytes().all(|b| b.is_ascii_digit()) {
-        // Not a number: a version label (`stable`, `canary`, ...).
-        return Ok(VersionSelector::Label(version.to_owned()));
-    }
-    version
-        .parse::<u64>()
-        .ok()
-        .filter(|&v| v > 0)
-        .map(VersionSelector::Specific)
-        .ok_or_else(|| {
-            Error::invalid(format!(
-                "'{version}' is not a model version (a positive integer)"
-            ))
-        })
-}
-
 /// Runs a decoded KServe request from `peer` (which decides the shared-memory regions it may
 /// name). `context` (absent when no overload layer ran, as in some tests) gives the transport
 /// deadline and learns which model version answers.
@@ -230,48 +207,41 @@ pub async fn infer(
     peer: Peer,
     context: Option<&RequestContext>,
 ) -> Result<InferResponse, Error> {
-    let model = service.resolve(&request.model, version_selector(&request.version)?)?;
-    if let Some(context) = context {
-        context.set_model(&model.name, model.version);
-    }
-    let deadline = match context {
-        Some(context) => context.deadline_within(request.timeout),
-        None => request
-            .timeout
-            .and_then(|timeout| tokio::time::Instant::now().checked_add(timeout)),
+    let target = ModelTarget {
+        model: &request.model,
+        version: VersionSelector::from_kserve(&request.version)?,
+        // KServe has no signatures: a request runs the model's default one.
+        signature: "",
     };
-    // KServe has no signatures: a request runs the model's default one.
-    let (signature, _) = model.signature("")?;
     // Every region this request reads or writes: a fault in one while the request runs
     // poisons it (see `crate::shm`), and the request must then fail.
     let mut used = Vec::new();
-    let mut inputs = Vec::with_capacity(request.inputs.len());
-    for input in request.inputs {
-        let name = input.name.clone();
-        let tensor =
-            resolve_input(service, input, peer, &mut used).map_err(|err| with_input(err, &name))?;
-        inputs.push((name, tensor));
-    }
-    let output_filter = request.outputs.iter().map(|o| o.name.clone()).collect();
-    // Outputs bound for shared memory are offered to the runtime to write in place.
-    let mut output_targets = Vec::with_capacity(request.outputs.len());
-    for output in &request.outputs {
-        output_targets.push(match &output.shm {
-            Some(target) => output_window(service, &output.name, target, peer, &mut used)?,
-            None => None,
-        });
-    }
-    let result = service
-        .predict(Prediction {
-            model,
-            signature,
+    let prepared = service.prepare(target, context, |_| {
+        let mut inputs = Vec::with_capacity(request.inputs.len());
+        for input in request.inputs {
+            let name = input.name.clone();
+            let tensor = resolve_input(service, input, peer, &mut used)
+                .map_err(|err| with_input(err, &name))?;
+            inputs.push((name, tensor));
+        }
+        let output_filter = request.outputs.iter().map(|o| o.name.clone()).collect();
+        // Outputs bound for shared memory are offered to the runtime to write in place.
+        let mut output_targets = Vec::with_capacity(request.outputs.len());
+        for output in &request.outputs {
+            output_targets.push(match &output.shm {
+                Some(target) => output_window(service, &output.name, target, peer, &mut used)?,
+                None => None,
+            });
+        }
+        Ok(Decoded {
             inputs,
             output_filter,
             output_targets,
-            deadline,
             priority: request.priority,
+            timeout: request.timeout,
         })
-        .await;
+    })?;
+    let result = service.run(prepared).await;
     // A poisoned region explains a failure better than whatever the runtime made of zeros.
     check_intact(&used)?;
     let result = result?;

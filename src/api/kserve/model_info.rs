@@ -3,18 +3,43 @@
 use serde_json::{json, Value};
 
 use super::codec::datatype_name;
-use super::version_selector;
 use crate::backend::{Signature, TensorSpec};
 use crate::error::Error;
 use crate::infer::InferService;
-use crate::proto::inference::{DataType as ConfigType, ModelConfig, ModelInput, ModelOutput};
+use crate::proto::inference::model_instance_group::Kind as InstanceKind;
+use crate::proto::inference::{
+    DataType as ConfigType, ModelConfig, ModelInput, ModelInstanceGroup, ModelOutput,
+};
+use crate::repository::VersionSelector;
 use crate::repository::{LoadedModel, VersionState};
 use crate::tensor::DataType;
 
-/// The largest batch reported to Triton clients for a model whose every input and output has
-/// a dynamic first dimension. Requests may be larger; the figure only lets clients such as
-/// `perf_analyzer` send batches.
-pub const REPORTED_MAX_BATCH_SIZE: i32 = 1024;
+/// The largest batch reported to Triton clients for a model with a batch dimension whose
+/// dynamic batching is off. Such a model runs each request alone, whatever its size, so no
+/// batching setting bounds it; the figure only lets clients such as `perf_analyzer` send
+/// batches. With batching on, the model's `max_batch_size` is reported instead.
+pub const UNBATCHED_MAX_BATCH_SIZE: i32 = 1024;
+
+/// Triton's backend name for a platform.
+fn backend_name(platform: &str) -> &str {
+    match platform {
+        "onnxruntime_onnx" => "onnxruntime",
+        "pytorch_libtorch" => "pytorch",
+        "tensorflow_savedmodel" | "tensorflow_graphdef" => "tensorflow",
+        other => other,
+    }
+}
+
+/// `max_batch_size` as Triton reports it: 0 without a batch dimension, the dynamic batcher's
+/// limit with batching on, and [`UNBATCHED_MAX_BATCH_SIZE`] otherwise.
+fn reported_max_batch_size(model: &LoadedModel, batchable: bool) -> i32 {
+    let policy = model.batcher.policy();
+    match (batchable, policy.batching_enabled()) {
+        (false, _) => 0,
+        (true, true) => i32::try_from(policy.max_batch_size()).unwrap_or(i32::MAX),
+        (true, false) => UNBATCHED_MAX_BATCH_SIZE,
+    }
+}
 
 pub struct TensorMetadata {
     pub name: String,
@@ -51,7 +76,7 @@ pub fn model_metadata(
     name: &str,
     version: &str,
 ) -> Result<ModelMetadata, Error> {
-    let model = service.resolve(name, version_selector(version)?)?;
+    let model = service.resolve(name, VersionSelector::from_kserve(version)?)?;
     let sig = default_signature(&model)?;
     let snapshot = service.repository().snapshot();
     let record = snapshot.model(name)?;
@@ -86,7 +111,7 @@ pub fn model_config(
     name: &str,
     version: &str,
 ) -> Result<ModelConfig, Error> {
-    let model = service.resolve(name, version_selector(version)?)?;
+    let model = service.resolve(name, VersionSelector::from_kserve(version)?)?;
     let sig = default_signature(&model)?;
     let batch = batchable(sig);
     let dims = |spec: &TensorSpec| {
@@ -99,8 +124,8 @@ pub fn model_config(
     Ok(ModelConfig {
         name: model.name.clone(),
         platform: model.backend.platform().to_owned(),
-        backend: "onnxruntime".to_owned(),
-        max_batch_size: if batch { REPORTED_MAX_BATCH_SIZE } else { 0 },
+        backend: backend_name(model.backend.platform()).to_owned(),
+        max_batch_size: reported_max_batch_size(&model, batch),
         input: sig
             .inputs
             .iter()
@@ -121,6 +146,12 @@ pub fn model_config(
                 ..Default::default()
             })
             .collect(),
+        instance_group: vec![ModelInstanceGroup {
+            name: model.name.clone(),
+            kind: InstanceKind::Cpu as i32,
+            count: i32::try_from(model.batcher.instances()).unwrap_or(i32::MAX),
+            ..Default::default()
+        }],
         ..Default::default()
     })
 }
@@ -142,6 +173,16 @@ pub fn config_json(config: &ModelConfig) -> Value {
         .iter()
         .map(|o| json!({ "name": o.name, "data_type": type_name(o.data_type), "dims": o.dims }))
         .collect();
+    let groups: Vec<Value> = config
+        .instance_group
+        .iter()
+        .map(|g| {
+            let kind = InstanceKind::try_from(g.kind)
+                .map(|k| k.as_str_name())
+                .unwrap_or("KIND_AUTO");
+            json!({ "name": g.name, "kind": kind, "count": g.count })
+        })
+        .collect();
     json!({
         "name": config.name,
         "platform": config.platform,
@@ -149,6 +190,7 @@ pub fn config_json(config: &ModelConfig) -> Value {
         "max_batch_size": config.max_batch_size,
         "input": inputs,
         "output": outputs,
+        "instance_group": groups,
     })
 }
 

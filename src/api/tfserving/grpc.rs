@@ -5,10 +5,9 @@ use std::sync::Arc;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::{selector, signature_defs, tensor_proto, version_statuses};
-use crate::batcher::Priority;
+use super::{signature_defs, tensor_proto, version_statuses};
 use crate::error::Error;
-use crate::infer::{InferService, Prediction};
+use crate::infer::{Decoded, InferService, ModelTarget};
 use crate::proto::tensorflow::serving::model_server_config;
 use crate::proto::tensorflow::serving::{
     model_service_server::ModelService, model_spec::VersionChoice,
@@ -44,11 +43,24 @@ impl TfServingGrpc {
 }
 
 fn spec_selector(spec: &ModelSpec) -> Result<VersionSelector, Error> {
-    match &spec.version_choice {
-        Some(VersionChoice::Version(v)) => selector(Some(*v), None),
-        Some(VersionChoice::VersionLabel(label)) => selector(None, Some(label)),
-        None => selector(None, None),
-    }
+    let selector = match &spec.version_choice {
+        Some(VersionChoice::Version(v)) => VersionSelector::from_tfserving(Some(*v), None),
+        Some(VersionChoice::VersionLabel(label)) => {
+            VersionSelector::from_tfserving(None, Some(label))
+        }
+        None => VersionSelector::from_tfserving(None, None),
+    };
+    Ok(selector?)
+}
+
+/// The model a request's spec names, before decoding: no spec is a bad request.
+fn spec_target(spec: Option<&ModelSpec>) -> Result<ModelTarget<'_>, Error> {
+    let spec = spec.ok_or_else(|| Error::invalid("the request has no model_spec"))?;
+    Ok(ModelTarget {
+        model: &spec.name,
+        version: spec_selector(spec)?,
+        signature: &spec.signature_name,
+    })
 }
 
 /// The `model_spec` a response carries: the version that actually answered.
@@ -88,38 +100,30 @@ impl PredictionService for TfServingGrpc {
     ) -> Result<Response<PredictResponse>, Status> {
         let context = request.extensions().get::<Arc<RequestContext>>().cloned();
         let request = request.into_inner();
-        let model = self.resolve(request.model_spec.as_ref())?;
-        if let Some(context) = &context {
-            context.set_model(&model.name, model.version);
-        }
-        let signature_name = request
-            .model_spec
-            .as_ref()
-            .map(|spec| spec.signature_name.as_str())
-            .unwrap_or_default();
-        let (signature, _) = model.signature(signature_name)?;
         let limits = *self.infer.limits();
-        let inputs = request
-            .inputs
-            .into_iter()
-            .map(|(name, proto)| match tensor_proto::decode(proto, &limits) {
-                Ok(tensor) => Ok((name, tensor)),
-                Err(err) => Err(Error::from(err.in_input(&name))),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let result = self
-            .infer
-            .predict(Prediction {
-                model,
-                signature,
+        let PredictRequest {
+            model_spec,
+            inputs,
+            output_filter,
+            ..
+        } = request;
+        let target = spec_target(model_spec.as_ref())?;
+        let prepared = self.infer.prepare(target, context.as_deref(), |_| {
+            let inputs = inputs
+                .into_iter()
+                .map(|(name, proto)| match tensor_proto::decode(proto, &limits) {
+                    Ok(tensor) => Ok((name, tensor)),
+                    Err(err) => Err(Error::from(err.in_input(&name))),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            // TF Serving's API has no priority, and no timeout but the transport's.
+            Ok(Decoded {
                 inputs,
-                output_filter: request.output_filter,
-                output_targets: Vec::new(),
-                deadline: context.as_deref().and_then(RequestContext::deadline),
-                // TF Serving's API has no priority.
-                priority: Priority::Default,
+                output_filter,
+                ..Decoded::default()
             })
-            .await?;
+        })?;
+        let result = self.infer.run(prepared).await?;
         let outputs = result
             .outputs
             .iter()
@@ -188,13 +192,7 @@ impl ModelService for TfServingGrpc {
         }
         let snapshot = self.infer.repository().snapshot();
         let record = snapshot.model(&spec.name)?;
-        let version = match spec_selector(&spec)? {
-            VersionSelector::Latest => None,
-            VersionSelector::Specific(v) => Some(v),
-            VersionSelector::Label(label) => {
-                Some(record.resolve(&VersionSelector::Label(label))?.version)
-            }
-        };
+        let version = record.version_of(&spec_selector(&spec)?)?;
         let model_version_status = version_statuses(record, version)?
             .into_iter()
             .map(|row| ModelVersionStatus {

@@ -5,7 +5,9 @@
 
 pub mod grpc;
 pub mod rest;
-pub mod tensor_proto;
+/// TF Serving's tensor codec lives with the tensor type, below the repository, whose warmup
+/// replay decodes the same protos.
+pub use crate::tensor::tensor_proto;
 
 use std::collections::HashMap;
 
@@ -14,25 +16,10 @@ use crate::error::Error;
 use crate::proto::tensorflow::error::Code as TfCode;
 use crate::proto::tensorflow::serving::model_version_status::State;
 use crate::proto::tensorflow::{tensor_info, SignatureDef, TensorInfo};
-use crate::repository::{LoadedModel, ModelRecord, VersionSelector, VersionState};
+use crate::repository::{LoadedModel, ModelRecord, VersionState};
 
 /// TF Serving's method name for predict signatures.
 pub const PREDICT_METHOD: &str = "tensorflow/serving/predict";
-
-/// The version a request asks for by number or label.
-pub fn selector(version: Option<i64>, label: Option<&str>) -> Result<VersionSelector, Error> {
-    match (version, label) {
-        (Some(v), _) => u64::try_from(v)
-            .ok()
-            .filter(|&v| v > 0)
-            .map(VersionSelector::Specific)
-            .ok_or_else(|| {
-                Error::invalid(format!("model versions are positive integers, got {v}"))
-            }),
-        (None, Some(label)) => Ok(VersionSelector::Label(label.to_owned())),
-        (None, None) => Ok(VersionSelector::Latest),
-    }
-}
 
 /// One row of a model's status, as both transports report it.
 pub struct VersionStatus {

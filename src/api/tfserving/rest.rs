@@ -13,14 +13,13 @@ use axum::routing::any;
 use axum::Extension;
 use serde_json::{json, Map, Value};
 
-use super::{selector, signature_defs, state_name, version_statuses, PREDICT_METHOD};
+use super::{signature_defs, state_name, version_statuses, PREDICT_METHOD};
 use crate::api::json_tensor::{decode_rows, decode_value, write_json_str, write_tensor};
 use crate::api::rest_util::{json_response, RestError};
 use crate::api::route_table::Routes;
 use crate::backend::{NamedTensor, Signature};
-use crate::batcher::Priority;
 use crate::error::Error;
-use crate::infer::{InferService, Prediction, PredictionResult};
+use crate::infer::{Decoded, InferService, ModelTarget, PredictionResult};
 use crate::repository::VersionSelector;
 use crate::request::RequestContext;
 
@@ -140,18 +139,10 @@ impl RestTarget<'_> {
 }
 
 fn version_selector(version: VersionRef<'_>) -> Result<VersionSelector, Error> {
-    match version {
-        VersionRef::Latest => Ok(VersionSelector::Latest),
-        VersionRef::Number(text) => parse_version_text(text).map(VersionSelector::Specific),
-        VersionRef::Label(label) => selector(None, Some(label)),
-    }
-}
-
-fn parse_version_text(text: &str) -> Result<u64, Error> {
-    text.parse::<u64>().ok().filter(|&v| v > 0).ok_or_else(|| {
-        Error::invalid(format!(
-            "'{text}' is not a model version (a positive integer)"
-        ))
+    Ok(match version {
+        VersionRef::Latest => VersionSelector::Latest,
+        VersionRef::Number(text) => VersionSelector::from_number_text(text)?,
+        VersionRef::Label(label) => VersionSelector::Label(label.to_owned()),
     })
 }
 
@@ -215,11 +206,7 @@ async fn dispatch(
 fn status(infer: &InferService, model: &str, version: VersionRef<'_>) -> Result<Response, Error> {
     let snapshot = infer.repository().snapshot();
     let record = snapshot.model(model)?;
-    let version = match version_selector(version)? {
-        VersionSelector::Latest => None,
-        VersionSelector::Specific(v) => Some(v),
-        label @ VersionSelector::Label(_) => Some(record.resolve(&label)?.version),
-    };
+    let version = record.version_of(&version_selector(version)?)?;
     let rows: Vec<Value> = version_statuses(record, version)?
         .into_iter()
         .map(|row| {
@@ -338,28 +325,24 @@ async fn predict(
         )),
     };
 
-    let model = infer.resolve(model, version_selector(version)?)?;
-    if let Some(context) = context {
-        context.set_model(&model.name, model.version);
-    }
-    let (signature, sig) = model.signature(signature_name)?;
-    let inputs = match layout {
-        Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
-        Layout::Columns(columns) => column_inputs(sig, columns, infer)?,
+    let target = ModelTarget {
+        model,
+        version: version_selector(version)?,
+        signature: signature_name,
     };
     let row_format = matches!(layout, Layout::Rows(_));
-    let result = infer
-        .predict(Prediction {
-            model,
-            signature,
+    let prepared = infer.prepare(target, context, |sig| {
+        let inputs = match layout {
+            Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
+            Layout::Columns(columns) => column_inputs(sig, columns, infer)?,
+        };
+        // TF Serving's API has no priority, and no timeout but the transport's.
+        Ok(Decoded {
             inputs,
-            output_filter: Vec::new(),
-            output_targets: Vec::new(),
-            deadline: context.and_then(RequestContext::deadline),
-            // TF Serving's API has no priority.
-            priority: Priority::Default,
+            ..Decoded::default()
         })
-        .await?;
+    })?;
+    let result = infer.run(prepared).await?;
     let body = if row_format {
         predictions_body(&result)?
     } else {

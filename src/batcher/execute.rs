@@ -1,0 +1,119 @@
+//! Running one batch on a blocking thread: gather, run, scatter, and what can fail there.
+
+use super::gather::{gather, scatter};
+use super::task::Telemetry;
+use super::{BatchError, BatcherError};
+use crate::backend::{Backend, BackendError, NamedTensor, OutputTarget};
+use crate::metrics::CopyStage;
+
+/// Per-request outputs (or that request's own failure), in batch order, or why the whole batch
+/// failed.
+pub(super) type Outcome = Result<Vec<Result<Vec<NamedTensor>, Failure>>, Failure>;
+
+pub(super) enum Failure {
+    Backend(BackendError),
+    Batch(BatchError),
+}
+
+impl Failure {
+    /// One error per request of the failed batch; the errors carry only strings, so each
+    /// request gets its own copy.
+    pub(super) fn to_error(&self) -> BatcherError {
+        match self {
+            Self::Batch(err) => BatcherError::Batch(err.clone()),
+            Self::Backend(err) => BatcherError::Backend(match err {
+                BackendError::Library(message) => BackendError::Library(message.clone()),
+                BackendError::Load { path, message } => BackendError::Load {
+                    path: path.clone(),
+                    message: message.clone(),
+                },
+                BackendError::InvalidInput(message) => BackendError::InvalidInput(message.clone()),
+                BackendError::Runtime(message) => BackendError::Runtime(message.clone()),
+            }),
+        }
+    }
+}
+
+/// What one batch runs: its signature and outputs, and how its requests split.
+pub(super) struct Run<'a> {
+    pub(super) signature: usize,
+    pub(super) outputs: &'a [String],
+    /// Set only for a request that runs alone.
+    pub(super) targets: &'a [OutputTarget],
+    /// Rows per request as the policy counted them (for splitting outputs).
+    pub(super) rows: &'a [usize],
+    /// Rows along dimension 0 over all requests (for statistics).
+    pub(super) inferences: u64,
+}
+
+/// Runs one batch: a lone request as it came (its tensors are passed on, not copied), a
+/// merged one gathered, run and scattered. Times its three phases as Triton's statistics
+/// split them: gathering the inputs, the runtime, and splitting the outputs (the first and
+/// last are empty for a request that runs alone).
+pub(super) fn execute(
+    backend: &dyn Backend,
+    run: Run<'_>,
+    mut requests: Vec<Vec<NamedTensor>>,
+    telemetry: &Telemetry,
+) -> Outcome {
+    let Run {
+        signature,
+        outputs,
+        targets,
+        rows,
+        inferences,
+    } = run;
+    let stats = &telemetry.stats;
+    let sig = backend
+        .signatures()
+        .get(signature)
+        .ok_or(Failure::Batch(BatchError::UnknownSignature(signature)))?;
+    let phase = std::time::Instant::now();
+    // A merged batch keeps its requests (reference-counted tensors, not copies of their
+    // bytes) so that, if the runtime fails it, each can run alone and fail alone.
+    let mut alone = Vec::new();
+    let inputs = if requests.len() == 1 {
+        requests.pop().unwrap_or_default()
+    } else {
+        alone.clone_from(&requests);
+        let inputs = gather(requests).map_err(Failure::Batch)?;
+        let gathered = inputs
+            .iter()
+            .filter_map(|(_, tensor)| tensor.bytes().map(|b| b.len()))
+            .sum();
+        telemetry
+            .metrics
+            .record_copy(CopyStage::BatchGather, gathered);
+        inputs
+    };
+    let input_time = phase.elapsed();
+
+    let phase = std::time::Instant::now();
+    let merged = match backend.run_into(sig, inputs, outputs, targets) {
+        Ok(merged) => merged,
+        Err(err) if !alone.is_empty() => {
+            tracing::debug!(error = %err, requests = alone.len(), "a merged batch failed; running its requests one by one");
+            return Ok(alone
+                .into_iter()
+                .map(|inputs| {
+                    backend
+                        .run_into(sig, inputs, outputs, &[])
+                        .map_err(Failure::Backend)
+                })
+                .collect());
+        }
+        Err(err) => return Err(Failure::Backend(err)),
+    };
+    let infer_time = phase.elapsed();
+
+    let phase = std::time::Instant::now();
+    let split = if rows.len() == 1 {
+        Ok(vec![Ok(merged)])
+    } else {
+        scatter(merged, rows)
+            .map(|split| split.into_iter().map(Ok).collect())
+            .map_err(Failure::Batch)
+    };
+    stats.record_compute(inferences, input_time, infer_time, phase.elapsed());
+    split
+}

@@ -1,0 +1,317 @@
+//! [`ValidRequest`]: a request checked against its signature, the only thing a batcher takes.
+//!
+//! The checks live in the constructor, so a value of the type is the proof that they ran:
+//! nothing downstream re-checks, and nothing can reach a batcher without them.
+
+use std::collections::HashSet;
+
+use tokio::time::Instant;
+
+use super::Priority;
+use crate::backend::{NamedTensor, OutputTarget, Signature};
+use crate::error_kind::ErrorKind;
+use crate::tensor::DataType;
+
+/// Why a decoded request does not fit the signature it calls.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RequestError {
+    /// The caller picked a signature by an index the backend does not have: a server bug.
+    #[error("the model has no signature number {0}")]
+    UnknownSignature(usize),
+    #[error("unknown input '{name}'; the signature's inputs are: {expected}")]
+    UnknownInput { name: String, expected: String },
+    #[error("missing input '{name}'; the signature's inputs are: {expected}")]
+    MissingInput { name: String, expected: String },
+    #[error("input '{0}' is given twice")]
+    DuplicateInput(String),
+    #[error("input '{name}' must have dtype {expected}, got {got}")]
+    WrongDtype {
+        name: String,
+        expected: DataType,
+        got: DataType,
+    },
+    #[error("input '{name}' has shape {shape:?}, the signature expects {expected} (-1: any size)")]
+    WrongShape {
+        name: String,
+        shape: Vec<usize>,
+        expected: String,
+    },
+    #[error(
+        "unknown output '{name}' in the output filter; the signature's outputs are: {expected}"
+    )]
+    UnknownOutput { name: String, expected: String },
+    #[error("output '{0}' is requested twice")]
+    DuplicateOutput(String),
+    /// Output targets are given per requested output; a server bug otherwise.
+    #[error("{targets} output targets for {outputs} requested outputs")]
+    MisalignedTargets { targets: usize, outputs: usize },
+}
+
+impl RequestError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::UnknownSignature(_) | Self::MisalignedTargets { .. } => ErrorKind::Internal,
+            _ => ErrorKind::InvalidArgument,
+        }
+    }
+}
+
+/// A request for one signature of one model version whose inputs and outputs have been
+/// checked against that signature. Build it with [`ValidRequest::new`].
+#[derive(Debug, Clone)]
+pub struct ValidRequest {
+    /// Index into the backend's signatures.
+    signature: usize,
+    inputs: Vec<NamedTensor>,
+    /// The outputs to return, in this order: the resolved list, not an empty "all" filter,
+    /// so that equal requests compare equal and can share a batch.
+    outputs: Vec<String>,
+    /// Where the caller wants each output written (aligned with `outputs`, or empty). A
+    /// request with targets always runs alone.
+    targets: Vec<OutputTarget>,
+    /// When the client stops waiting. A request still queued at its deadline is answered
+    /// DEADLINE_EXCEEDED instead of being run.
+    deadline: Option<Instant>,
+    /// High-priority requests may use the queue's reserve and run before default ones.
+    priority: Priority,
+}
+
+/// The parts of a [`ValidRequest`], for the batcher to take apart.
+pub(super) struct Parts {
+    pub signature: usize,
+    pub inputs: Vec<NamedTensor>,
+    pub outputs: Vec<String>,
+    pub targets: Vec<OutputTarget>,
+    pub deadline: Option<Instant>,
+    pub priority: Priority,
+}
+
+impl ValidRequest {
+    /// Checks `inputs` and `output_filter` (empty: every output) against signature number
+    /// `signature` of `signatures`: every input present once, none unknown, dtypes and shapes
+    /// compatible; every requested output known and named once; `targets` one per requested
+    /// output or none.
+    pub fn new(
+        signatures: &[Signature],
+        signature: usize,
+        inputs: Vec<NamedTensor>,
+        output_filter: Vec<String>,
+        targets: Vec<OutputTarget>,
+    ) -> Result<Self, RequestError> {
+        let sig = signatures
+            .get(signature)
+            .ok_or(RequestError::UnknownSignature(signature))?;
+        check_inputs(sig, &inputs)?;
+        if !targets.is_empty() && targets.len() != output_filter.len() {
+            return Err(RequestError::MisalignedTargets {
+                targets: targets.len(),
+                outputs: output_filter.len(),
+            });
+        }
+        let outputs = select_outputs(sig, output_filter)?;
+        Ok(Self {
+            signature,
+            inputs,
+            outputs,
+            targets,
+            deadline: None,
+            priority: Priority::Default,
+        })
+    }
+
+    /// The same request, dropped unrun once `deadline` has passed.
+    #[must_use]
+    pub fn with_deadline(mut self, deadline: Option<Instant>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    #[must_use]
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    pub fn signature(&self) -> usize {
+        self.signature
+    }
+
+    pub fn inputs(&self) -> &[NamedTensor] {
+        &self.inputs
+    }
+
+    /// The outputs the answer holds, in its order.
+    pub fn outputs(&self) -> &[String] {
+        &self.outputs
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// The inputs, for running the request directly on a backend (warmup replay).
+    pub fn into_inputs(self) -> Vec<NamedTensor> {
+        self.inputs
+    }
+
+    pub(super) fn into_parts(self) -> Parts {
+        Parts {
+            signature: self.signature,
+            inputs: self.inputs,
+            outputs: self.outputs,
+            targets: self.targets,
+            deadline: self.deadline,
+            priority: self.priority,
+        }
+    }
+}
+
+fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), RequestError> {
+    let mut seen = HashSet::new();
+    for (name, tensor) in inputs {
+        let spec = sig.input(name).ok_or_else(|| RequestError::UnknownInput {
+            name: name.clone(),
+            expected: sig.input_names(),
+        })?;
+        if !seen.insert(name.as_str()) {
+            return Err(RequestError::DuplicateInput(name.clone()));
+        }
+        if tensor.dtype() != spec.dtype {
+            return Err(RequestError::WrongDtype {
+                name: name.clone(),
+                expected: spec.dtype,
+                got: tensor.dtype(),
+            });
+        }
+        if !spec.accepts_shape(tensor.shape()) {
+            return Err(RequestError::WrongShape {
+                name: name.clone(),
+                shape: tensor.shape().to_vec(),
+                expected: spec.shape_text(),
+            });
+        }
+    }
+    if let Some(missing) = sig
+        .inputs
+        .iter()
+        .find(|spec| !seen.contains(spec.name.as_str()))
+    {
+        return Err(RequestError::MissingInput {
+            name: missing.name.clone(),
+            expected: sig.input_names(),
+        });
+    }
+    Ok(())
+}
+
+fn select_outputs(sig: &Signature, filter: Vec<String>) -> Result<Vec<String>, RequestError> {
+    if filter.is_empty() {
+        return Ok(sig.outputs.iter().map(|spec| spec.name.clone()).collect());
+    }
+    let mut seen = HashSet::new();
+    for name in &filter {
+        if sig.output(name).is_none() {
+            return Err(RequestError::UnknownOutput {
+                name: name.clone(),
+                expected: sig.output_names(),
+            });
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(RequestError::DuplicateOutput(name.clone()));
+        }
+    }
+    Ok(filter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::TensorSpec;
+    use crate::tensor::Tensor;
+
+    fn sigs() -> Vec<Signature> {
+        vec![Signature {
+            name: "serving_default".into(),
+            inputs: vec![TensorSpec::new("x", DataType::F32, vec![-1, 2])],
+            outputs: vec![
+                TensorSpec::new("y", DataType::F32, vec![-1]),
+                TensorSpec::new("z", DataType::F32, vec![-1]),
+            ],
+        }]
+    }
+
+    fn input(name: &str, shape: Vec<usize>) -> NamedTensor {
+        let count = shape.iter().product();
+        let tensor = Tensor::from_vec(shape, vec![0f32; count]).expect("valid tensor");
+        (name.to_owned(), tensor)
+    }
+
+    fn check(inputs: Vec<NamedTensor>, filter: &[&str]) -> Result<ValidRequest, RequestError> {
+        let filter = filter.iter().map(|name| (*name).to_owned()).collect();
+        ValidRequest::new(&sigs(), 0, inputs, filter, Vec::new())
+    }
+
+    #[test]
+    fn a_matching_request_resolves_every_output() {
+        let valid = check(vec![input("x", vec![3, 2])], &[]).expect("valid");
+        assert_eq!(valid.outputs(), ["y", "z"]);
+        assert_eq!(valid.signature(), 0);
+        assert_eq!(valid.priority(), Priority::Default);
+        assert!(valid.deadline().is_none());
+        let filtered = check(vec![input("x", vec![1, 2])], &["z"]).expect("valid");
+        assert_eq!(filtered.outputs(), ["z"]);
+    }
+
+    #[test]
+    fn each_mismatch_is_named() {
+        let message = |inputs, filter: &[&str]| match check(inputs, filter) {
+            Err(err) => {
+                assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+                err.to_string()
+            }
+            Ok(_) => String::new(),
+        };
+        assert!(message(vec![input("q", vec![1, 2])], &[]).contains("unknown input 'q'"));
+        assert!(message(vec![], &[]).contains("missing input 'x'"));
+        assert!(message(vec![input("x", vec![1, 3])], &[]).contains("shape [1, 3]"));
+        assert!(
+            message(vec![input("x", vec![1, 2]), input("x", vec![1, 2])], &[])
+                .contains("given twice")
+        );
+        let ints = Tensor::from_vec(vec![1, 2], vec![0i32; 2]).expect("valid tensor");
+        assert!(message(vec![("x".into(), ints)], &[]).contains("dtype"));
+        assert!(message(vec![input("x", vec![1, 2])], &["nope"]).contains("unknown output"));
+        assert!(message(vec![input("x", vec![1, 2])], &["y", "y"]).contains("twice"));
+    }
+
+    #[test]
+    fn server_side_mistakes_are_internal() {
+        let err = ValidRequest::new(&sigs(), 3, vec![input("x", vec![1, 2])], vec![], vec![])
+            .expect_err("no signature 3");
+        assert_eq!(err.kind(), ErrorKind::Internal);
+        let err = ValidRequest::new(
+            &sigs(),
+            0,
+            vec![input("x", vec![1, 2])],
+            vec!["y".into()],
+            vec![None, None],
+        )
+        .expect_err("two targets for one output");
+        assert_eq!(err.kind(), ErrorKind::Internal);
+    }
+
+    #[test]
+    fn deadline_and_priority_travel_with_it() {
+        let at = Instant::now();
+        let valid = check(vec![input("x", vec![1, 2])], &[])
+            .expect("valid")
+            .with_deadline(Some(at))
+            .with_priority(Priority::High);
+        assert_eq!(valid.deadline(), Some(at));
+        assert_eq!(valid.priority(), Priority::High);
+    }
+}
