@@ -51,6 +51,7 @@ pub mod shm;
 pub mod stats;
 pub mod tensor;
 pub mod version;
+pub mod wire_error;
 
 pub use error::{Error, ErrorKind};
 pub use server::{run, Listeners, ServerOptions};
