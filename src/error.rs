@@ -5,12 +5,13 @@
 //! the HTTP status, the gRPC code and the stable `error_type` label used in metrics (the table
 //! is in `api::status`).
 
-use crate::backend::{BackendError, Signature};
+use crate::backend::BackendError;
 use crate::batcher::{BatchError, BatcherError, RequestError};
 use crate::repository::ConfineError;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
 use crate::version::VersionError;
+use crate::wire_error::PredictBodyError;
 
 pub use crate::error_kind::ErrorKind;
 
@@ -32,14 +33,12 @@ pub enum Error {
         signature: String,
         available: String,
     },
-    #[error("unknown input '{name}'; the signature's inputs are: {expected}")]
-    UnknownInput { name: String, expected: String },
-    #[error("missing input '{name}'; the signature's inputs are: {expected}")]
-    MissingInput { name: String, expected: String },
     #[error("{0}")]
     InvalidArgument(String),
     #[error(transparent)]
     Version(#[from] VersionError),
+    #[error(transparent)]
+    PredictBody(#[from] PredictBodyError),
     /// The decoded request does not fit its signature.
     #[error(transparent)]
     Request(#[from] RequestError),
@@ -90,14 +89,13 @@ impl Error {
             | Self::VersionNotFound { .. }
             | Self::NoAvailableVersion { .. } => ErrorKind::NotFound,
             // TF Serving treats a bad signature name as a bad request, not a missing servable.
-            Self::SignatureNotFound { .. }
-            | Self::UnknownInput { .. }
-            | Self::MissingInput { .. }
-            | Self::InvalidArgument(_)
-            | Self::Decode(_) => ErrorKind::InvalidArgument,
+            Self::SignatureNotFound { .. } | Self::InvalidArgument(_) | Self::Decode(_) => {
+                ErrorKind::InvalidArgument
+            }
             Self::Backend(err) => err.kind(),
             Self::Request(err) => err.kind(),
             Self::Version(_) => ErrorKind::InvalidArgument,
+            Self::PredictBody(err) => err.kind(),
             Self::Shm(err) => match err {
                 ShmError::AlreadyExists(_) => ErrorKind::AlreadyExists,
                 ShmError::NotFound(_) => ErrorKind::NotFound,
@@ -121,20 +119,6 @@ impl Error {
 
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidArgument(message.into())
-    }
-
-    pub fn unknown_input(signature: &Signature, name: &str) -> Self {
-        Self::UnknownInput {
-            name: name.to_owned(),
-            expected: signature.input_names(),
-        }
-    }
-
-    pub fn missing_input(signature: &Signature, name: &str) -> Self {
-        Self::MissingInput {
-            name: name.to_owned(),
-            expected: signature.input_names(),
-        }
     }
 }
 

@@ -58,6 +58,7 @@ pub mod tensor;
 pub mod textproto;
 pub mod transport;
 pub mod version;
+pub mod wire_error;
 
 pub use error::{Error, ErrorKind};
 pub use server::{run, Listeners, ServerOptions};

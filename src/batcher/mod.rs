@@ -4,7 +4,7 @@
 //! BatcherHandle::enqueue ─try_send─> bounded channel ─> actor (task.rs)
 //!                                                        │ BatchQueue (policy.rs): when to cut, what to drop
 //!                                                        │ gather (gather.rs): merge inputs along dim 0
-//!                                                        └ spawn_blocking: Backend::run, one batch in flight
+//!                                                        └ spawn_blocking: Backend::run, one batch per instance
 //! reply <─ oneshot <─ scatter (gather.rs): split outputs by each request's rows
 //! ```
 //!

@@ -37,8 +37,8 @@ pub struct BatchSettings {
     /// them, the largest such batch is cut at once instead of waiting for the delay.
     pub preferred_batch_sizes: Vec<usize>,
     /// Most requests waiting (not running) before new ones are refused with
-    /// RESOURCE_EXHAUSTED. It applies with batching off too, since a version runs one request
-    /// or batch at a time. High-priority requests may take a reserve of a quarter more (at
+    /// RESOURCE_EXHAUSTED. It applies with batching off too, since each instance of a version
+    /// runs one request or batch at a time. High-priority requests may take a reserve of a quarter more (at
     /// least one place) past it; see [`super::BatchPolicy::admits`]. The default is large enough that the server's concurrency limit,
     /// not this queue, normally sheds load first; it exists so that a backlog stays bounded.
     pub max_queue_size: usize,

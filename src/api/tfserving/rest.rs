@@ -18,10 +18,12 @@ use crate::api::json_tensor::{decode_rows, decode_value, write_json_str, write_t
 use crate::api::rest_util::{json_response, RestError};
 use crate::api::route_table::Routes;
 use crate::backend::{NamedTensor, Signature};
+use crate::batcher::RequestError;
 use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget, PredictionResult};
 use crate::repository::VersionSelector;
 use crate::request::RequestContext;
+use crate::wire_error::PredictBodyError;
 
 /// The path templates [`dispatch`] answers, spelled as the OpenAPI document spells them.
 pub const SERVED_PATHS: &[&str] = &[
@@ -178,9 +180,9 @@ async fn dispatch(
         ) => Err(Error::Unimplemented(format!(
             "{verb} is not supported; use :predict, which serves every signature"
         ))),
-        (Some(RestTarget::Verb { verb, .. }), &Method::POST) => Err(Error::invalid(format!(
-            "unknown verb ':{verb}'; the REST API supports :predict"
-        ))),
+        (Some(RestTarget::Verb { verb, .. }), &Method::POST) => {
+            Err(PredictBodyError::UnknownVerb((*verb).to_owned()).into())
+        }
         // Only the verbs TF Serving defines name a resource; another is no endpoint at all.
         (Some(RestTarget::Verb { verb, .. }), _) if !VERBS.contains(&verb) => {
             return RestError::not_found_path(&format!("/v1/models/{rest}")).into_response()
@@ -297,32 +299,22 @@ async fn predict(
     body: &[u8],
 ) -> Result<Response, Error> {
     let parsed: Value = crate::api::json_body::parse(body)
-        .map_err(|err| Error::invalid(format!("the request body is not valid JSON: {err}")))?;
+        .map_err(|err| PredictBodyError::NotJson(err.to_string()))?;
     let Value::Object(fields) = &parsed else {
-        return Err(Error::invalid("the request body must be a JSON object"));
+        return Err(PredictBodyError::NotObject.into());
     };
     let signature_name = match fields.get("signature_name") {
         None => "",
         Some(Value::String(name)) => name.as_str(),
-        Some(_) => return Err(Error::invalid("\"signature_name\" must be a string")),
+        Some(_) => return Err(PredictBodyError::SignatureNameNotString.into()),
     };
     let layout = match (fields.get("instances"), fields.get("inputs")) {
-        (Some(_), Some(_)) => {
-            return Err(Error::invalid(
-                "the request has both \"instances\" and \"inputs\"; use one of them",
-            ))
-        }
+        (Some(_), Some(_)) => return Err(PredictBodyError::BothLayouts.into()),
         (Some(Value::Array(rows)), None) if !rows.is_empty() => Layout::Rows(rows),
-        (Some(Value::Array(_)), None) => {
-            return Err(Error::invalid(
-                "\"instances\" is empty; give at least one instance",
-            ))
-        }
-        (Some(_), None) => return Err(Error::invalid("\"instances\" must be a JSON array")),
+        (Some(Value::Array(_)), None) => return Err(PredictBodyError::NoInstances.into()),
+        (Some(_), None) => return Err(PredictBodyError::InstancesNotArray.into()),
         (None, Some(columns)) => Layout::Columns(columns),
-        (None, None) => return Err(Error::invalid(
-            "the request has neither \"instances\" (row format) nor \"inputs\" (columnar format)",
-        )),
+        (None, None) => return Err(PredictBodyError::NoLayout.into()),
     };
 
     let target = ModelTarget {
@@ -369,16 +361,14 @@ fn row_inputs(
     if first_named.is_none() {
         // Bare values: allowed when the signature has a single input.
         let [spec] = sig.inputs.as_slice() else {
-            return Err(Error::invalid(format!(
-                "the signature has {} inputs ({}); each instance must be an object naming them",
-                sig.inputs.len(),
-                sig.input_names()
-            )));
+            return Err(PredictBodyError::InstancesNotNamed {
+                count: sig.inputs.len(),
+                names: sig.input_names(),
+            }
+            .into());
         };
         if rows.iter().any(|row| named(row).is_some()) {
-            return Err(Error::invalid(
-                "instances mix named objects and bare values",
-            ));
+            return Err(PredictBodyError::MixedInstances.into());
         }
         let refs: Vec<&Value> = rows.iter().collect();
         let tensor = decode_rows(&refs, spec.dtype, limits).map_err(|e| e.in_input(&spec.name))?;
@@ -386,9 +376,7 @@ fn row_inputs(
     }
     let mut objects = Vec::with_capacity(rows.len());
     for (i, row) in rows.iter().enumerate() {
-        let object = named(row).ok_or_else(|| {
-            Error::invalid(format!("instance {i} is not an object, unlike instance 0"))
-        })?;
+        let object = named(row).ok_or(PredictBodyError::InstanceNotObject(i))?;
         objects.push(object);
     }
     let keys = objects
@@ -396,16 +384,18 @@ fn row_inputs(
         .map(|o| o.keys().collect::<Vec<_>>())
         .unwrap_or_default();
     if let Some(key) = keys.iter().find(|key| sig.input(key).is_none()) {
-        return Err(Error::unknown_input(sig, key));
+        return Err(RequestError::UnknownInput {
+            name: (*key).clone(),
+            expected: sig.input_names(),
+        }
+        .into());
     }
     if let Some((i, _)) = objects
         .iter()
         .enumerate()
         .find(|(_, o)| o.len() != keys.len())
     {
-        return Err(Error::invalid(format!(
-            "instance {i} has different keys from instance 0"
-        )));
+        return Err(PredictBodyError::DifferentKeys(i).into());
     }
     let mut inputs = Vec::with_capacity(keys.len());
     for spec in &sig.inputs {
@@ -413,12 +403,19 @@ fn row_inputs(
         for (i, object) in objects.iter().enumerate() {
             match object.get(&spec.name) {
                 Some(value) => values.push(value),
-                None if i == 0 => return Err(Error::missing_input(sig, &spec.name)),
+                None if i == 0 => {
+                    return Err(RequestError::MissingInput {
+                        name: spec.name.clone(),
+                        expected: sig.input_names(),
+                    }
+                    .into())
+                }
                 None => {
-                    return Err(Error::invalid(format!(
-                        "instance {i} lacks input '{}', which instance 0 has",
-                        spec.name
-                    )))
+                    return Err(PredictBodyError::MissingInInstance {
+                        instance: i,
+                        input: spec.name.clone(),
+                    }
+                    .into())
                 }
             }
         }
@@ -437,11 +434,11 @@ fn column_inputs(
     let limits = infer.limits();
     let Some(map) = named(columns) else {
         let [spec] = sig.inputs.as_slice() else {
-            return Err(Error::invalid(format!(
-                "the signature has {} inputs ({}); \"inputs\" must be an object naming them",
-                sig.inputs.len(),
-                sig.input_names()
-            )));
+            return Err(PredictBodyError::InputsNotNamed {
+                count: sig.inputs.len(),
+                names: sig.input_names(),
+            }
+            .into());
         };
         let tensor =
             decode_value(columns, spec.dtype, limits).map_err(|e| e.in_input(&spec.name))?;
@@ -449,9 +446,10 @@ fn column_inputs(
     };
     map.iter()
         .map(|(name, value)| {
-            let spec = sig
-                .input(name)
-                .ok_or_else(|| Error::unknown_input(sig, name))?;
+            let spec = sig.input(name).ok_or_else(|| RequestError::UnknownInput {
+                name: name.clone(),
+                expected: sig.input_names(),
+            })?;
             let tensor = decode_value(value, spec.dtype, limits).map_err(|e| e.in_input(name))?;
             Ok((name.clone(), tensor))
         })
@@ -472,10 +470,12 @@ fn predictions_body(result: &PredictionResult) -> Result<Vec<u8>, Error> {
         .unwrap_or(0);
     for (name, tensor) in &result.outputs {
         if tensor.shape().first() != Some(&batch) {
-            return Err(Error::invalid(format!(
-                "output '{name}' has shape {:?}, which does not share the batch size {batch} of the other outputs; use the columnar \"inputs\" format",
-                tensor.shape()
-            )));
+            return Err(PredictBodyError::RaggedOutputs {
+                output: name.clone(),
+                shape: tensor.shape().to_vec(),
+                batch,
+            }
+            .into());
         }
     }
     let mut out = Vec::with_capacity(64 + batch * 16);
