@@ -67,6 +67,16 @@ impl BatchPolicy {
         self.max_queue_size
     }
 
+    /// How long the oldest request of a batch may wait for others to join it.
+    pub fn max_queue_delay(&self) -> Duration {
+        self.max_queue_delay
+    }
+
+    /// The batch sizes cut at once when the queue holds them, ascending.
+    pub fn preferred_batch_sizes(&self) -> &[usize] {
+        &self.preferred_batch_sizes
+    }
+
     /// Places past `max_queue_size` that only high-priority requests may take: a quarter of
     /// the queue, at least one. A full queue of default requests then still admits urgent
     /// ones, and the total stays bounded.

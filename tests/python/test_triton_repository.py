@@ -103,6 +103,28 @@ def test_grpc_clients_see_the_same_model(triton_server):
         client.close()
 
 
+def test_the_config_endpoint_reports_what_the_model_runs_with(triton_server):
+    client = httpclient.InferenceServerClient(triton_server.rest_url.split("://", 1)[-1])
+    try:
+        config = client.get_model_config("ranker", "2")
+    finally:
+        client.close()
+    assert config["max_batch_size"] == 8
+    assert config["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 100
+    assert config["dynamic_batching"]["default_queue_policy"]["max_queue_size"] == 32
+    assert [g["count"] for g in config["instance_group"]] == [2]
+    assert [i["dims"] for i in config["input"]] == [[16]]
+    grpc = grpcclient.InferenceServerClient(triton_server.grpc_target)
+    try:
+        over_grpc = grpc.get_model_config("ranker", "2").config
+    finally:
+        grpc.close()
+    assert over_grpc.max_batch_size == 8
+    assert list(over_grpc.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert over_grpc.instance_group[0].count == 2
+
+
 def test_fields_not_applied_are_named_once_in_the_log(triton_server):
     log = triton_server.log()
     assert "parameters (intra_op_thread_count)" in log, log

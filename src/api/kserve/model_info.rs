@@ -6,9 +6,11 @@ use super::codec::datatype_name;
 use crate::backend::{Signature, TensorSpec};
 use crate::error::Error;
 use crate::infer::InferService;
+use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::model_instance_group::Kind as InstanceKind;
 use crate::proto::inference::{
-    DataType as ConfigType, ModelConfig, ModelInput, ModelInstanceGroup, ModelOutput,
+    DataType as ConfigType, ModelConfig, ModelDynamicBatching, ModelInput, ModelInstanceGroup,
+    ModelOutput, ModelQueuePolicy,
 };
 use crate::repository::VersionSelector;
 use crate::repository::{LoadedModel, VersionState};
@@ -152,6 +154,32 @@ pub fn model_config(
             count: i32::try_from(model.batcher.instances()).unwrap_or(i32::MAX),
             ..Default::default()
         }],
+        scheduling_choice: dynamic_batching(&model).map(SchedulingChoice::DynamicBatching),
+        ..Default::default()
+    })
+}
+
+/// The dynamic batcher's settings as Triton spells them, when the version merges requests.
+fn dynamic_batching(model: &LoadedModel) -> Option<ModelDynamicBatching> {
+    let policy = model.batcher.policy();
+    if !policy.batching_enabled() {
+        return None;
+    }
+    Some(ModelDynamicBatching {
+        preferred_batch_size: policy
+            .preferred_batch_sizes()
+            .iter()
+            .map(|&size| i32::try_from(size).unwrap_or(i32::MAX))
+            .collect(),
+        max_queue_delay_microseconds: u64::try_from(policy.max_queue_delay().as_micros())
+            .unwrap_or(u64::MAX),
+        // The default level and KServe's `priority: 1`, which runs first.
+        priority_levels: 2,
+        default_priority_level: 2,
+        default_queue_policy: Some(ModelQueuePolicy {
+            max_queue_size: u32::try_from(policy.max_queue_size()).unwrap_or(u32::MAX),
+            ..Default::default()
+        }),
         ..Default::default()
     })
 }
@@ -183,7 +211,7 @@ pub fn config_json(config: &ModelConfig) -> Value {
             json!({ "name": g.name, "kind": kind, "count": g.count })
         })
         .collect();
-    json!({
+    let mut rendered = json!({
         "name": config.name,
         "platform": config.platform,
         "backend": config.backend,
@@ -191,7 +219,26 @@ pub fn config_json(config: &ModelConfig) -> Value {
         "input": inputs,
         "output": outputs,
         "instance_group": groups,
-    })
+    });
+    if let (Some(SchedulingChoice::DynamicBatching(dynamic)), Some(object)) =
+        (&config.scheduling_choice, rendered.as_object_mut())
+    {
+        let queue = dynamic
+            .default_queue_policy
+            .as_ref()
+            .map_or(0, |policy| policy.max_queue_size);
+        object.insert(
+            "dynamic_batching".into(),
+            json!({
+                "preferred_batch_size": dynamic.preferred_batch_size,
+                "max_queue_delay_microseconds": dynamic.max_queue_delay_microseconds,
+                "priority_levels": dynamic.priority_levels,
+                "default_priority_level": dynamic.default_priority_level,
+                "default_queue_policy": { "max_queue_size": queue },
+            }),
+        );
+    }
+    rendered
 }
 
 fn config_type(dtype: DataType) -> ConfigType {
