@@ -21,8 +21,8 @@ use crate::proto::tensorflow::serving::{
 use crate::repository::VersionSelector;
 use crate::request::RequestContext;
 
-/// Runs every task of `request`; `spec` turns a task's model spec into a target and
-/// `answered` names the version that answered.
+/// Runs every task of `request`; `selector` reads the version a task's model spec asks for
+/// and `answered` names the version and signature that answered.
 pub async fn run(
     infer: &InferService,
     request: MultiInferenceRequest,
