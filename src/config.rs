@@ -17,6 +17,7 @@ use crate::batcher::BatchSettings;
 use crate::overload::{AccessLogFormat, ApiKeys, ApiKeysError, OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
 use crate::shm::{ShmLimits, ShmPolicy};
+use crate::tensor::tensor_proto::ResponseEncoding;
 use crate::transport::{TlsFiles, TransportSettings};
 
 #[derive(Debug, Parser)]
@@ -284,6 +285,12 @@ pub struct ServeArgs {
     /// Log lines as human-readable text or as JSON objects, one per line.
     #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Answer TF Serving Predict with packed `tensor_content` (the runtime's bytes as they are)
+    /// instead of the typed fields TF Serving fills by default (`float_val`, `int64_val`, ...);
+    /// clients must then read `tensor_content`.
+    #[arg(long, env = "TENSORPORT_PREDICT_RESPONSE_TENSOR_CONTENT")]
+    pub predict_response_tensor_content: bool,
 }
 
 /// How log lines are written.
@@ -351,6 +358,11 @@ impl ServeArgs {
             auth: crate::auth::Access::open(),
             transport: self.transport_settings(),
             readiness: self.readiness,
+            predict_response: if self.predict_response_tensor_content {
+                ResponseEncoding::TensorContent
+            } else {
+                ResponseEncoding::TypedFields
+            },
         })
     }
 

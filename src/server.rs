@@ -31,6 +31,7 @@ use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService
 use crate::proto::tensorflow::serving::{
     model_service_server::ModelServiceServer, prediction_service_server::PredictionServiceServer,
 };
+use crate::tensor::tensor_proto::ResponseEncoding;
 use crate::transport::tls::Tls;
 use crate::transport::{self, limits, Endpoint, Grpc, Http, Pools, TransportSettings, Wire};
 
@@ -62,6 +63,8 @@ pub struct ServerOptions {
     pub transport: TransportSettings,
     /// Which models must serve for the server to report ready.
     pub readiness: Readiness,
+    /// How TF Serving Predict answers carry tensor values (typed fields, as TF Serving does).
+    pub predict_response: ResponseEncoding,
 }
 
 impl Default for ServerOptions {
@@ -74,6 +77,7 @@ impl Default for ServerOptions {
             auth: Access::open(),
             transport: TransportSettings::default(),
             readiness: Readiness::default(),
+            predict_response: ResponseEncoding::default(),
         }
     }
 }
@@ -141,8 +145,9 @@ fn grpc_routes(
     infer: &Arc<InferService>,
     health: &Arc<Health>,
     limit: usize,
+    predict_response: ResponseEncoding,
 ) -> tonic::service::Routes {
-    let tf = tfserving::grpc::TfServingGrpc::new(infer.clone());
+    let tf = tfserving::grpc::TfServingGrpc::new(infer.clone(), predict_response);
     let kserve_grpc = kserve::grpc::KserveGrpc::new(infer.clone(), health.clone());
     tonic::service::Routes::new(health.grpc_service())
         .add_service(
@@ -224,6 +229,7 @@ pub async fn run(
             &infer,
             &health,
             options.max_request_bytes,
+            options.predict_response,
         )),
     );
     let grpc = transport::serve::<Grpc, _>(

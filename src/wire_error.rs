@@ -47,7 +47,7 @@ pub enum PredictBodyError {
         shape: Vec<usize>,
         batch: usize,
     },
-    #[error("unknown verb ':{0}'; the REST API supports :predict")]
+    #[error("unknown verb ':{0}'; the REST API supports :predict, :classify and :regress")]
     UnknownVerb(String),
 }
 

@@ -9,13 +9,16 @@ use common::{onnx_runtime, repo_path, TestResult, TestServer};
 use serde_json::{json, Value};
 use tensorport::backend::Backend;
 use tensorport::backend::RuntimeThreads;
+use tensorport::batcher::BatchSettings;
 use tensorport::proto::tensorflow::serving::{
     model_service_client::ModelServiceClient, model_spec::VersionChoice,
     prediction_service_client::PredictionServiceClient, GetModelMetadataRequest,
     GetModelStatusRequest, ModelSpec, PredictRequest, SignatureDefMap,
 };
 use tensorport::proto::tensorflow::{tensor_shape_proto, DataType, TensorProto, TensorShapeProto};
+use tensorport::tensor::tensor_proto::ResponseEncoding;
 use tensorport::tensor::Tensor;
+use tensorport::ServerOptions;
 
 const FEATURES: usize = 16;
 
@@ -203,13 +206,58 @@ async fn grpc_predict_accepts_tensor_content_and_typed_values() -> TestResult {
             .flat_map(|s| s.dim.iter().map(|d| d.size))
             .collect();
         assert_eq!(dims, vec![rows as i64, 1]);
-        let scores: Vec<f32> = score
-            .tensor_content
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        assert_close(&scores, &expected);
+        // TF Serving's default answer: the typed field, no packed bytes.
+        assert!(score.tensor_content.is_empty());
+        assert_close(&score.float_val, &expected);
     }
+    server.stop().await;
+    Ok(())
+}
+
+/// With `--predict-response-tensor-content`, answers carry packed bytes instead.
+#[tokio::test]
+async fn grpc_predict_answers_tensor_content_when_asked() -> TestResult {
+    let options = ServerOptions {
+        predict_response: ResponseEncoding::TensorContent,
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start_with("examples/models", BatchSettings::default(), options).await;
+    let mut client = PredictionServiceClient::connect(server.grpc_url.clone()).await?;
+    let rows = 3;
+    let values = features(rows);
+    let expected = reference_scores(&values, rows);
+    let request = PredictRequest {
+        model_spec: ranker_spec(),
+        inputs: [(
+            "features".to_owned(),
+            TensorProto {
+                dtype: DataType::DtFloat as i32,
+                tensor_shape: Some(TensorShapeProto {
+                    dim: [rows as i64, FEATURES as i64]
+                        .into_iter()
+                        .map(|size| tensor_shape_proto::Dim {
+                            size,
+                            name: String::new(),
+                        })
+                        .collect(),
+                    unknown_rank: false,
+                }),
+                float_val: values,
+                ..Default::default()
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let response = client.predict(request).await?.into_inner();
+    let score = &response.outputs["score"];
+    assert!(score.float_val.is_empty());
+    let scores: Vec<f32> = score
+        .tensor_content
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    assert_close(&scores, &expected);
     server.stop().await;
     Ok(())
 }

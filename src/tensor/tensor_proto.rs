@@ -60,20 +60,84 @@ pub fn shape_proto(dims: impl IntoIterator<Item = i64>) -> TensorShapeProto {
     }
 }
 
+/// How a response tensor carries its values: TF Serving's `PredictResponseTensorSerializationOption`.
+///
+/// TF Serving answers in the typed fields (`AS_PROTO_FIELD`) unless the server is built to
+/// use `tensor_content` (`AS_PROTO_CONTENT`); clients such as `tf.make_ndarray` read either,
+/// but many hand-written clients read only `float_val` and friends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ResponseEncoding {
+    /// `float_val`, `int64_val`, ...: what TF Serving sends by default. One conversion of
+    /// every element into a repeated field, and a larger message for 1-byte and 2-byte types.
+    #[default]
+    TypedFields,
+    /// Packed little-endian `tensor_content`: the runtime's output buffer is handed to the
+    /// encoder as is (no per-element conversion). Strings always go in `string_val`.
+    TensorContent,
+}
+
+/// Encodes a tensor the way `encoding` says.
+pub fn encode_as(tensor: &Tensor, encoding: ResponseEncoding) -> TensorProto {
+    match encoding {
+        ResponseEncoding::TensorContent => encode(tensor),
+        ResponseEncoding::TypedFields => encode_fields(tensor),
+    }
+}
+
 /// Encodes a tensor; dense data goes into `tensor_content` (a reference-count bump here, one
 /// copy when the message is serialised).
 pub fn encode(tensor: &Tensor) -> TensorProto {
-    let mut proto = TensorProto {
-        dtype: tf_dtype(tensor.dtype()) as i32,
-        tensor_shape: Some(shape_proto(tensor.shape().iter().map(|&d| d as i64))),
-        ..Default::default()
-    };
+    let mut proto = header(tensor);
     match (tensor.bytes(), tensor.string_elements()) {
         (Some(bytes), _) => proto.tensor_content = bytes.clone(),
         (None, Some(strings)) => proto.string_val = strings.to_vec(),
         (None, None) => {}
     }
     proto
+}
+
+/// Encodes a tensor into the typed `*_val` field TensorFlow uses for its dtype (TensorFlow's
+/// `Tensor::AsProtoField`): `int_val` for the integer types of 32 bits or fewer, `half_val`
+/// holding the bit patterns of float16 and bfloat16.
+pub fn encode_fields(tensor: &Tensor) -> TensorProto {
+    let mut proto = header(tensor);
+    if let Some(strings) = tensor.string_elements() {
+        proto.string_val = strings.to_vec();
+        return proto;
+    }
+    // The view only fails for a dtype mismatch, which `header` rules out; an empty field
+    // would then be the answer, and the dtype and shape still say what was meant.
+    fn values<T: Element, V>(tensor: &Tensor, convert: impl Fn(T) -> V) -> Vec<V> {
+        tensor
+            .view::<T>()
+            .map(|view| view.iter().map(|&v| convert(v)).collect())
+            .unwrap_or_default()
+    }
+    match tensor.dtype() {
+        DataType::F32 => proto.float_val = values(tensor, |v: f32| v),
+        DataType::F64 => proto.double_val = values(tensor, |v: f64| v),
+        DataType::I32 => proto.int_val = values(tensor, |v: i32| v),
+        DataType::I16 => proto.int_val = values(tensor, |v: i16| i32::from(v)),
+        DataType::I8 => proto.int_val = values(tensor, |v: i8| i32::from(v)),
+        DataType::U16 => proto.int_val = values(tensor, |v: u16| i32::from(v)),
+        DataType::U8 => proto.int_val = values(tensor, |v: u8| i32::from(v)),
+        DataType::I64 => proto.int64_val = values(tensor, |v: i64| v),
+        DataType::U32 => proto.uint32_val = values(tensor, |v: u32| v),
+        DataType::U64 => proto.uint64_val = values(tensor, |v: u64| v),
+        DataType::Bool => proto.bool_val = values(tensor, |v: BoolByte| v.0 != 0),
+        DataType::F16 => proto.half_val = values(tensor, |v: half::f16| i32::from(v.to_bits())),
+        DataType::BF16 => proto.half_val = values(tensor, |v: half::bf16| i32::from(v.to_bits())),
+        DataType::String => {}
+    }
+    proto
+}
+
+fn header(tensor: &Tensor) -> TensorProto {
+    TensorProto {
+        dtype: tf_dtype(tensor.dtype()) as i32,
+        tensor_shape: Some(shape_proto(tensor.shape().iter().map(|&d| d as i64))),
+        ..Default::default()
+    }
 }
 
 /// Decodes a client's tensor, checking sizes before allocating anything.
@@ -271,6 +335,39 @@ mod tests {
             let back = decode(encode(&tensor), &DecodeLimits::default())?;
             assert_eq!(back, tensor, "{dtype}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn typed_fields_round_trip_every_dtype() -> Result<(), DecodeError> {
+        for dtype in DataType::ALL {
+            let tensor = match dtype.size() {
+                Some(size) => Tensor::dense(dtype, vec![2], Bytes::from(vec![1u8; 2 * size]))?,
+                None => Tensor::strings(vec![2], string_values(&["a", "b"]))?,
+            };
+            let proto = encode_fields(&tensor);
+            assert!(proto.tensor_content.is_empty(), "{dtype}");
+            let back = decode(proto, &DecodeLimits::default())?;
+            assert_eq!(back, tensor, "{dtype}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn typed_fields_use_tensorflows_field_for_each_dtype() -> Result<(), DecodeError> {
+        let floats = encode_fields(&Tensor::from_vec(vec![2], vec![1.5f32, -2.0])?);
+        assert_eq!(floats.float_val, [1.5, -2.0]);
+        let bytes = encode_fields(&Tensor::from_vec(vec![2], vec![200u8, 7])?);
+        assert_eq!(bytes.int_val, [200, 7]);
+        let longs = encode_fields(&Tensor::from_vec(vec![1], vec![-5i64])?);
+        assert_eq!(longs.int64_val, [-5]);
+        let halves = encode_fields(&Tensor::from_vec(vec![1], vec![half::f16::ONE])?);
+        assert_eq!(halves.half_val, [i32::from(half::f16::ONE.to_bits())]);
+        let content = encode_as(
+            &Tensor::from_vec(vec![1], vec![1.0f32])?,
+            ResponseEncoding::TensorContent,
+        );
+        assert!(content.float_val.is_empty() && content.tensor_content.len() == 4);
         Ok(())
     }
 

@@ -7,12 +7,9 @@ import numpy as np
 import pytest
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (
-    classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
-    inference_pb2,
     predict_pb2,
-    regression_pb2,
 )
 
 from tfs import DTYPES, ECHO_TYPES, assert_close, echo_values, make_ndarray, make_tensor_proto, reference
@@ -272,30 +269,4 @@ def test_get_model_status(model_stub, version):
     assert mvs.status.error_message == ""
 
 
-# --- Classify / Regress / MultiInference are not supported ------------------------------
-
-def _unimplemented(call, req):
-    req.model_spec.name = "ranker"
-    with pytest.raises(grpc.RpcError) as err:
-        call(req, timeout=TIMEOUT)
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "predict" in (err.value.details() or "").lower(), err.value.details()
-
-
-def test_classify_unimplemented(prediction_stub):
-    _unimplemented(prediction_stub.Classify, classification_pb2.ClassificationRequest())
-
-
-def test_regress_unimplemented(prediction_stub):
-    _unimplemented(prediction_stub.Regress, regression_pb2.RegressionRequest())
-
-
-def test_multi_inference_unimplemented(prediction_stub):
-    req = inference_pb2.MultiInferenceRequest()
-    task = req.tasks.add()
-    task.model_spec.name = "ranker"
-    task.method_name = "tensorflow/serving/regress"
-    with pytest.raises(grpc.RpcError) as err:
-        prediction_stub.MultiInference(req, timeout=TIMEOUT)
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "predict" in (err.value.details() or "").lower(), err.value.details()
+# Classify / Regress / MultiInference: see test_tfserving_examples.py.

@@ -41,6 +41,8 @@ RANKER_V2 = {"name": "ranker", "version": 2}
 NO_MODEL = {"name": "no_such_model"}
 BAD_VERSION = {"name": "ranker", "version": 99}
 LABEL = {"name": "ranker", "label": "stable"}
+CLASSIFIER = {"name": "example_classifier"}
+REGRESSOR = {"name": "example_regressor"}
 
 # (method, path template, path parameters, requests keyword arguments, expected status)
 CASES = [
@@ -77,12 +79,16 @@ CASES = [
     ("POST", "/v1/models/{name}/versions/{version}:predict", BAD_VERSION,
      {"json": {"instances": [FEATURES]}}, 404),
     ("POST", "/v1/models/{name}/labels/{label}:predict", LABEL, {"json": {"instances": [FEATURES]}}, 400),
-    ("POST", "/v1/models/{name}:classify", RANKER, {"json": {"examples": []}}, 501),
-    ("POST", "/v1/models/{name}/versions/{version}:classify", RANKER_V2, {"json": {}}, 501),
-    ("POST", "/v1/models/{name}/labels/{label}:classify", LABEL, {"json": {}}, 501),
-    ("POST", "/v1/models/{name}:regress", RANKER, {"json": {}}, 501),
-    ("POST", "/v1/models/{name}/versions/{version}:regress", RANKER_V2, {"json": {}}, 501),
-    ("POST", "/v1/models/{name}/labels/{label}:regress", LABEL, {"json": {}}, 501),
+    ("POST", "/v1/models/{name}:classify", CLASSIFIER, {"json": {"examples": [{"x": [0.5, 1.5]}]}}, 200),
+    ("POST", "/v1/models/{name}/versions/{version}:classify", {**CLASSIFIER, "version": 1},
+     {"json": {"context": {"x": [1, 2]}, "examples": [{}, {}]}}, 200),
+    ("POST", "/v1/models/{name}/labels/{label}:classify", LABEL, {"json": {"examples": [{}]}}, 400),
+    ("POST", "/v1/models/{name}:classify", RANKER, {"json": {"examples": []}}, 400),
+    ("POST", "/v1/models/{name}:classify", RANKER, {"json": {"examples": [{"features": [1.0]}]}}, 400),
+    ("POST", "/v1/models/{name}:classify", NO_MODEL, {"json": {"examples": [{"x": [1.0]}]}}, 404),
+    ("POST", "/v1/models/{name}:regress", REGRESSOR, {"json": {"examples": [{"x": [1.0, 2.0], "n": 3}]}}, 200),
+    ("POST", "/v1/models/{name}/versions/{version}:regress", RANKER_V2, {"json": {}}, 400),
+    ("POST", "/v1/models/{name}/labels/{label}:regress", LABEL, {"json": {"examples": [{}]}}, 400),
     # KServe v2
     ("GET", "/v2", {}, {}, 200),
     ("GET", "/v2/health/live", {}, {}, 200),

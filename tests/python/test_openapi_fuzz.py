@@ -38,11 +38,6 @@ CHECKS = ",".join([
 # wrong shape or an unknown model name is a correct 400 / 404); and the auth checks, since the
 # server has no authentication.
 
-# :classify and :regress answer 501 by design (their documented response), which
-# not_a_server_error would count as a server error; the replay test covers them.
-EXCLUDE_PATH_REGEX = r":(classify|regress)$"
-
-
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory):
     model_dir = link_models(tmp_path_factory.mktemp("fuzz_models"))
@@ -65,7 +60,6 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(fuzz_server, tmp
         str(Path(sys.executable).parent / "schemathesis"), "run", str(SPEC_PATH),
         "--url", fuzz_server.rest_url,
         "--checks", CHECKS,
-        "--exclude-path-regex", EXCLUDE_PATH_REGEX,
         "--phases", "examples,coverage,fuzzing",
         "--max-examples", str(MAX_EXAMPLES),
         "--max-time", str(MAX_TIME_S),

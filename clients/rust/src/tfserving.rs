@@ -76,18 +76,49 @@ fn from_proto(proto: TensorProto) -> Result<Tensor> {
     if !proto.tensor_content.is_empty() {
         return Tensor::from_raw(datatype, shape, proto.tensor_content);
     }
-    // The server answers in tensor_content; typed fields are decoded for the common types.
+    // The typed fields, as TF Serving (and tensorport by default) answer.
     match datatype {
         DataType::F32 => Tensor::new(shape, &proto.float_val),
         DataType::F64 => Tensor::new(shape, &proto.double_val),
         DataType::I32 => Tensor::new(shape, &proto.int_val),
+        DataType::I16 => narrow::<i16>(datatype, shape, &proto.int_val),
+        DataType::I8 => narrow::<i8>(datatype, shape, &proto.int_val),
+        DataType::U16 => narrow::<u16>(datatype, shape, &proto.int_val),
+        DataType::U8 => narrow::<u8>(datatype, shape, &proto.int_val),
         DataType::I64 => Tensor::new(shape, &proto.int64_val),
+        DataType::U32 => Tensor::new(shape, &proto.uint32_val),
+        DataType::U64 => Tensor::new(shape, &proto.uint64_val),
         DataType::Bool => Tensor::from_bools(shape, &proto.bool_val),
+        DataType::F16 | DataType::Bf16 => {
+            // half_val holds the 16-bit patterns in int32s; the truncation is the decoding.
+            let bytes: Vec<u8> = proto
+                .half_val
+                .iter()
+                .flat_map(|&bits| (bits as u16).to_le_bytes())
+                .collect();
+            Tensor::from_raw(datatype, shape, bytes.into())
+        }
         other => Err(ClientError::Response(format!(
             "{} output without tensor_content",
             other.name()
         ))),
     }
+}
+
+/// An `int_val` field as a narrower integer type, refusing values that do not fit.
+fn narrow<T>(datatype: DataType, shape: Vec<i64>, values: &[i32]) -> Result<Tensor>
+where
+    T: crate::tensor::Element + TryFrom<i32>,
+{
+    let converted = values
+        .iter()
+        .map(|&v| {
+            T::try_from(v).map_err(|_| {
+                ClientError::Response(format!("{} value {v} is out of range", datatype.name()))
+            })
+        })
+        .collect::<Result<Vec<T>>>()?;
+    Tensor::new(shape, &converted)
 }
 
 impl TfServingClient {
@@ -158,5 +189,42 @@ impl TfServingClient {
                 error_message: row.status.map(|s| s.error_message).unwrap_or_default(),
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::tensorflow::DataType as TfType;
+
+    fn typed(dtype: TfType, fill: impl FnOnce(&mut TensorProto)) -> Result<Tensor> {
+        let mut proto = TensorProto {
+            dtype: dtype as i32,
+            tensor_shape: Some(TensorShapeProto {
+                dim: vec![Dim {
+                    size: 2,
+                    name: String::new(),
+                }],
+                unknown_rank: false,
+            }),
+            ..Default::default()
+        };
+        fill(&mut proto);
+        from_proto(proto)
+    }
+
+    #[test]
+    fn every_typed_field_the_server_answers_in_decodes() -> Result<()> {
+        let bytes = typed(TfType::DtUint8, |p| p.int_val = vec![200, 7])?;
+        assert_eq!(bytes.to_vec::<u8>()?, [200, 7]);
+        let shorts = typed(TfType::DtInt16, |p| p.int_val = vec![-300, 4])?;
+        assert_eq!(shorts.to_vec::<i16>()?, [-300, 4]);
+        let words = typed(TfType::DtUint32, |p| p.uint32_val = vec![1, u32::MAX])?;
+        assert_eq!(words.to_vec::<u32>()?, [1, u32::MAX]);
+        // float16 1.0 is the bit pattern 0x3c00.
+        let halves = typed(TfType::DtHalf, |p| p.half_val = vec![0x3c00, 0])?;
+        assert_eq!(&halves.raw()[..], &[0x00, 0x3c, 0, 0]);
+        assert!(typed(TfType::DtInt8, |p| p.int_val = vec![300, 0]).is_err());
+        Ok(())
     }
 }

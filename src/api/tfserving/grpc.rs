@@ -5,7 +5,9 @@ use std::sync::Arc;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::{signature_defs, tensor_proto, version_statuses};
+use super::examples::Examples;
+use super::tensor_proto::ResponseEncoding;
+use super::{classify, multi_inference, regress, signature_defs, tensor_proto, version_statuses};
 use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget};
 use crate::proto::tensorflow::serving::model_server_config;
@@ -29,11 +31,16 @@ const SIGNATURE_DEF_FIELD: &str = "signature_def";
 #[derive(Clone)]
 pub struct TfServingGrpc {
     infer: Arc<InferService>,
+    /// Typed fields (TF Serving's default) or `tensor_content` in Predict answers.
+    predict_response: ResponseEncoding,
 }
 
 impl TfServingGrpc {
-    pub fn new(infer: Arc<InferService>) -> Self {
-        Self { infer }
+    pub fn new(infer: Arc<InferService>, predict_response: ResponseEncoding) -> Self {
+        Self {
+            infer,
+            predict_response,
+        }
     }
 
     fn resolve(&self, spec: Option<&ModelSpec>) -> Result<Arc<LoadedModel>, Error> {
@@ -72,26 +79,38 @@ fn answered_spec(model: &LoadedModel, signature: &str) -> ModelSpec {
     }
 }
 
-fn unimplemented(what: &str) -> Status {
-    Status::unimplemented(format!(
-        "{what} is not supported; use Predict, which serves every signature"
-    ))
-}
-
 #[tonic::async_trait]
 impl PredictionService for TfServingGrpc {
     async fn classify(
         &self,
-        _request: Request<ClassificationRequest>,
+        request: Request<ClassificationRequest>,
     ) -> Result<Response<ClassificationResponse>, Status> {
-        Err(unimplemented("Classify"))
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
+        let request = request.into_inner();
+        let target = spec_target(request.model_spec.as_ref())?;
+        let examples = Examples::from_input(request.input).map_err(Error::from)?;
+        let (answer, result) =
+            classify::run(&self.infer, target, context.as_deref(), &examples).await?;
+        Ok(Response::new(ClassificationResponse {
+            model_spec: Some(answered_spec(&answer.model, &answer.signature().name)),
+            result: Some(result),
+        }))
     }
 
     async fn regress(
         &self,
-        _request: Request<RegressionRequest>,
+        request: Request<RegressionRequest>,
     ) -> Result<Response<RegressionResponse>, Status> {
-        Err(unimplemented("Regress"))
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
+        let request = request.into_inner();
+        let target = spec_target(request.model_spec.as_ref())?;
+        let examples = Examples::from_input(request.input).map_err(Error::from)?;
+        let (answer, result) =
+            regress::run(&self.infer, target, context.as_deref(), &examples).await?;
+        Ok(Response::new(RegressionResponse {
+            model_spec: Some(answered_spec(&answer.model, &answer.signature().name)),
+            result: Some(result),
+        }))
     }
 
     async fn predict(
@@ -127,7 +146,10 @@ impl PredictionService for TfServingGrpc {
         let outputs = result
             .outputs
             .iter()
-            .map(|(name, tensor)| (name.clone(), tensor_proto::encode(tensor)))
+            .map(|(name, tensor)| {
+                let proto = tensor_proto::encode_as(tensor, self.predict_response);
+                (name.clone(), proto)
+            })
             .collect();
         Ok(Response::new(PredictResponse {
             model_spec: Some(answered_spec(&result.model, &result.signature().name)),
@@ -137,9 +159,18 @@ impl PredictionService for TfServingGrpc {
 
     async fn multi_inference(
         &self,
-        _request: Request<MultiInferenceRequest>,
+        request: Request<MultiInferenceRequest>,
     ) -> Result<Response<MultiInferenceResponse>, Status> {
-        Err(unimplemented("MultiInference"))
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
+        let response = multi_inference::run(
+            &self.infer,
+            request.into_inner(),
+            context.as_deref(),
+            spec_selector,
+            |answer| answered_spec(&answer.model, &answer.signature().name),
+        )
+        .await?;
+        Ok(Response::new(response))
     }
 
     async fn get_model_metadata(

@@ -3,8 +3,13 @@
 //! Both transports share what is here: how a model spec selects a version, and the status and
 //! metadata views of a model.
 
+pub mod classify;
+pub mod examples;
 pub mod grpc;
+pub mod multi_inference;
+pub mod regress;
 pub mod rest;
+pub mod rest_examples;
 /// TF Serving's tensor codec lives with the tensor type, below the repository, whose warmup
 /// replay decodes the same protos.
 pub use crate::tensor::tensor_proto;

@@ -13,7 +13,7 @@ use axum::routing::any;
 use axum::Extension;
 use serde_json::{json, Map, Value};
 
-use super::{signature_defs, state_name, version_statuses, PREDICT_METHOD};
+use super::{rest_examples, signature_defs, state_name, version_statuses, PREDICT_METHOD};
 use crate::api::json_tensor::{decode_rows, decode_value, write_json_str, write_tensor};
 use crate::api::rest_util::{json_response, RestError};
 use crate::api::route_table::Routes;
@@ -173,13 +173,24 @@ async fn dispatch(
         ) => predict(&infer, context, model, version, &body).await,
         (
             Some(RestTarget::Verb {
+                model,
+                version,
                 verb: verb @ ("classify" | "regress"),
-                ..
             }),
             &Method::POST,
-        ) => Err(Error::Unimplemented(format!(
-            "{verb} is not supported; use :predict, which serves every signature"
-        ))),
+        ) => {
+            let verb = if verb == "classify" {
+                rest_examples::Verb::Classify
+            } else {
+                rest_examples::Verb::Regress
+            };
+            match version_selector(version) {
+                Ok(version) => {
+                    rest_examples::answer(&infer, context, model, version, verb, &body).await
+                }
+                Err(err) => Err(err),
+            }
+        }
         (Some(RestTarget::Verb { verb, .. }), &Method::POST) => {
             Err(PredictBodyError::UnknownVerb((*verb).to_owned()).into())
         }

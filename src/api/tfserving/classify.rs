@@ -1,0 +1,122 @@
+//! TF Serving's Classify: examples in, `(label, score)` pairs per example out.
+//!
+//! The signature must have an output named `classes` (labels: strings, or integers written
+//! in decimal), one named `scores` (float32/float64), or both; each is `[n]` or `[n, k]` for
+//! `n` examples and `k` classes. With only `scores`, labels are empty; with only `classes`,
+//! scores are 0, as in TF Serving.
+
+use crate::api::tfserving::examples::{self, float_rows, Examples};
+use crate::backend::Signature;
+use crate::error::Error;
+use crate::infer::{InferService, ModelTarget, PredictionResult};
+use crate::proto::tensorflow::serving::{Class, ClassificationResult, Classifications};
+use crate::request::RequestContext;
+use crate::tensor::{DataType, Tensor};
+
+/// TF Serving's method name for classification signatures.
+pub const CLASSIFY_METHOD: &str = "tensorflow/serving/classify";
+const CLASSES: &str = "classes";
+const SCORES: &str = "scores";
+
+/// Runs a Classify and reads the answer back as TF Serving's result.
+pub async fn run(
+    infer: &InferService,
+    target: ModelTarget<'_>,
+    context: Option<&RequestContext>,
+    examples: &Examples,
+) -> Result<(PredictionResult, ClassificationResult), Error> {
+    let result = examples::run(infer, target, context, examples, outputs).await?;
+    let classifications = classifications(&result, examples.len())?;
+    Ok((result, classifications))
+}
+
+/// The outputs a Classify asks for: `classes` and `scores`, whichever the signature has.
+fn outputs(sig: &Signature) -> Result<Vec<String>, Error> {
+    let present: Vec<String> = [CLASSES, SCORES]
+        .into_iter()
+        .filter(|name| sig.output(name).is_some())
+        .map(str::to_owned)
+        .collect();
+    if present.is_empty() {
+        return Err(Error::invalid(format!(
+            "signature '{}' cannot classify: it has no output named \"classes\" or \"scores\" (its outputs are: {})",
+            sig.name,
+            sig.output_names()
+        )));
+    }
+    Ok(present)
+}
+
+fn classifications(result: &PredictionResult, rows: usize) -> Result<ClassificationResult, Error> {
+    let find = |name: &str| {
+        result
+            .outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| t)
+    };
+    let scores = find(SCORES)
+        .map(|tensor| float_rows(SCORES, tensor, rows))
+        .transpose()?;
+    let labels = find(CLASSES)
+        .map(|tensor| label_rows(tensor, rows))
+        .transpose()?;
+    let per_row = match (&scores, &labels) {
+        (Some((a, _)), Some((b, _))) if a != b => {
+            return Err(Error::invalid(format!(
+                "outputs \"scores\" ({a} per example) and \"classes\" ({b} per example) disagree on the number of classes"
+            )))
+        }
+        (Some((k, _)), _) | (None, Some((k, _))) => *k,
+        (None, None) => 0,
+    };
+    let classifications = (0..rows)
+        .map(|row| Classifications {
+            classes: (0..per_row)
+                .map(|i| {
+                    let at = row * per_row + i;
+                    Class {
+                        label: labels
+                            .as_ref()
+                            .and_then(|(_, l)| l.get(at).cloned())
+                            .unwrap_or_default(),
+                        score: scores
+                            .as_ref()
+                            .and_then(|(_, s)| s.get(at).copied())
+                            .unwrap_or_default(),
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(ClassificationResult { classifications })
+}
+
+/// The `classes` output as text labels, `per_row` per example.
+fn label_rows(tensor: &Tensor, rows: usize) -> Result<(usize, Vec<String>), Error> {
+    let per_row = match tensor.shape() {
+        [n] if *n == rows => 1,
+        [n, k] if *n == rows => *k,
+        shape => {
+            return Err(Error::invalid(format!(
+                "output \"classes\" has shape {shape:?}; for {rows} examples it must be [{rows}] or [{rows}, k]"
+            )))
+        }
+    };
+    let labels = match tensor.dtype() {
+        DataType::String => tensor
+            .string_elements()
+            .unwrap_or_default()
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect(),
+        DataType::I64 => tensor.view::<i64>()?.iter().map(i64::to_string).collect(),
+        DataType::I32 => tensor.view::<i32>()?.iter().map(i32::to_string).collect(),
+        dtype => {
+            return Err(Error::invalid(format!(
+                "output \"classes\" has dtype {dtype}; labels must be strings or integers"
+            )))
+        }
+    };
+    Ok((per_row, labels))
+}
