@@ -131,6 +131,15 @@ impl ModelRepository {
         Ok(self)
     }
 
+    /// Serves exactly `models` from the first reconciliation on, as [`Self::serve_only`]
+    /// does later (`--model-config-file`, `--model-base-path`).
+    #[must_use]
+    pub fn serving_only(mut self, models: Vec<ServedModel>) -> Self {
+        self.control.get_mut().served =
+            Some(models.into_iter().map(|m| (m.name.clone(), m)).collect());
+        self
+    }
+
     /// Whether the first reconciliation (the load at start-up) has finished.
     pub fn initial_load_settled(&self) -> bool {
         self.initial_load_settled.load(Ordering::Acquire)
@@ -448,6 +457,14 @@ impl ModelRepository {
         config: &ModelConfig,
     ) -> Result<oneshot::Receiver<()>, ()> {
         tracing::info!(model, version = folder.version, "loading");
+        if super::is_flat(folder) {
+            tracing::info!(
+                model,
+                folder = %folder.path.display(),
+                "the model file sits directly in the model folder (the MLServer / KServe \
+                 layout): serving it as version 1"
+            );
+        }
         self.loader.metrics.register_model(model);
         if !config.ignored.is_empty() {
             tracing::warn!(
