@@ -21,7 +21,6 @@ use super::model_config::ModelConfig;
 use super::{
     scan_model, subfolders, warmup, warmup_log, LoadedModel, Loader, ModelRecord, ScanError,
     Snapshot, VersionFolder, VersionPolicy, VersionState, WarmupConfig, EXPECTED_LAYOUT,
-    ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
 };
 use tokio::sync::oneshot;
 
@@ -654,16 +653,28 @@ impl ModelRepository {
 
 /// What is wrong with a model folder that has no version folder, and how to fix it.
 fn no_version_problem(folder: &Path) -> String {
-    let loose = [ONNX_MODEL_FILE, TORCH_MODEL_FILE, SAVED_MODEL_FILE]
-        .into_iter()
-        .find(|file| folder.join(file).is_file());
-    match loose {
-        Some(file) => format!(
-            "model folder has no numeric version folder: move {file} into a version folder \
-             such as {}; {EXPECTED_LAYOUT}",
-            folder.join("1").join(file).display()
-        ),
-        None => format!("model folder has no numeric version folder; {EXPECTED_LAYOUT}"),
+    // A single model file directly inside would have been served as version 1; several
+    // are ambiguous.
+    let mut loose: Vec<String> = std::fs::read_dir(folder)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| path.is_file() && super::scan::has_model_extension(path))
+                .filter_map(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    loose.sort();
+    if loose.len() > 1 {
+        format!(
+            "model folder has no numeric version folder and holds several model files ({}): \
+             keep one, or move each version into a version folder such as {}; \
+             {EXPECTED_LAYOUT}",
+            loose.join(", "),
+            folder.join("1").display()
+        )
+    } else {
+        format!("model folder has no numeric version folder; {EXPECTED_LAYOUT}")
     }
 }
 

@@ -85,15 +85,16 @@ pub fn model_file_in(folder: &Path) -> Option<PathBuf> {
     let mut found = std::fs::read_dir(folder)
         .ok()?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| {
-            path.is_file()
-                && path
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .is_some_and(|e| MODEL_EXTENSIONS.contains(&e))
-        });
+        .filter(|path| path.is_file() && has_model_extension(path));
     let first = found.next()?;
     found.next().is_none().then_some(first)
+}
+
+/// Whether `path`'s name ends like a model file's (`.onnx`, `.pt`, `.pth`, `.torchscript`).
+pub fn has_model_extension(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MODEL_EXTENSIONS.contains(&e))
 }
 
 /// Whether `dir` is one model rather than a repository of models: it holds the model file
