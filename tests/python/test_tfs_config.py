@@ -1,8 +1,8 @@
 """Starting from another server's configuration, against the real binary: a TF Serving
 repository with models.config and a batching file started with TF Serving's own flag
 spellings, one model by --model_name / --model_base_path, a flat model folder (the MLServer
-and KServe layout), a --model-dir that is one model or one model file, and base paths that
-try to leave the model roots.
+and KServe layout), a --model-dir that is one model or one model file, base paths that try to
+leave the model roots, and the KServe runtime's own arguments.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.http as triton_http
+import yaml
 from tensorflow_serving.apis import (
     get_model_status_pb2,
     model_service_pb2_grpc,
@@ -25,7 +26,7 @@ from tensorflow_serving.apis import (
 )
 
 from tensorport_server import ServerStartError, read_log, start_server
-from tfs import TEST_MODELS, make_ndarray, make_tensor_proto
+from tfs import REPO, TEST_MODELS, make_ndarray, make_tensor_proto
 
 ROWS = np.arange(12, dtype=np.float32).reshape(3, 4)
 
@@ -219,3 +220,27 @@ def test_bad_configuration_files_stop_the_start_with_a_reason(tmp_path):
     with pytest.raises(ServerStartError) as refused:
         start_server(None, tmp_path / "none.log", ["--port=0", "--rest_api_port=0"])
     assert "--model-config-file" in str(refused.value)
+
+
+def test_the_kserve_runtime_arguments_serve_a_single_file_storage_uri(tmp_path):
+    # What the ClusterServingRuntime runs, with KServe's template filled in: the storage
+    # initializer has put a single-file storageUri at /mnt/models/<file>.
+    runtime = yaml.safe_load((REPO / "deploy" / "kserve" / "cluster-serving-runtime.yaml").read_text())
+    container = runtime["spec"]["containers"][0]
+    assert container["ports"][0]["containerPort"] == 8080
+    mnt = tmp_path / "mnt" / "models"
+    mnt.mkdir(parents=True)
+    shutil.copy(TEST_MODELS / "sum_rows" / "1" / "model.onnx", mnt / "sum_rows.onnx")
+    args = [a.replace("{{.Name}}", "adder").replace("/mnt/models", str(mnt))
+             .replace("=8080", "=0").replace("=8081", "=0") for a in container["args"]]
+    assert args[0] == "serve"
+    with running(tmp_path / "kserve.log", args[1:]) as server:
+        # v1 (TF Serving REST, as KServe's v1 protocol) and v2 (Open Inference Protocol).
+        v1 = rest_predict(server.rest_url, "adder", ROWS)
+        assert v1.status_code == 200, v1.text
+        np.testing.assert_allclose(v1.json()["predictions"], ROWS.sum(axis=1))
+        client = triton_http.InferenceServerClient(server.rest_url.removeprefix("http://"))
+        rows = triton_http.InferInput("x", list(ROWS.shape), "FP32")
+        rows.set_data_from_numpy(ROWS)
+        np.testing.assert_allclose(client.infer("adder", [rows]).as_numpy("y"), ROWS.sum(axis=1))
+        assert requests.get(f"{server.rest_url}/readyz", timeout=5).status_code == 200
