@@ -98,12 +98,12 @@ pub struct ServeArgs {
 
     /// How often to look for new, changed or removed model versions, in seconds (0: only at
     /// start and on the load / reload APIs).
-    /// Alias: --file_system_poll_wait_seconds (TF Serving).
+    /// Aliases: --file_system_poll_wait_seconds (TF Serving), --repository-poll-secs (Triton).
     #[arg(
         long,
         env = "TENSORPORT_MODEL_POLL_SECS",
         default_value_t = 2,
-        alias = "file_system_poll_wait_seconds"
+        aliases = ["file_system_poll_wait_seconds", "repository-poll-secs"]
     )]
     pub model_poll_secs: u64,
 
@@ -843,6 +843,14 @@ mod tests {
             "--batching_parameters_file=/models/batching.txt",
             "--file_system_poll_wait_seconds=5",
         ]))?);
+        let triton_poll = serve(Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-repository",
+            &dir,
+            "--repository-poll-secs=7",
+        ]))?);
+        assert_eq!(triton_poll.model_poll_secs, 7);
         assert_eq!((tfs.grpc_port, tfs.rest_port), (9000, 9001));
         assert_eq!(
             tfs.model_config_file.as_deref(),
