@@ -97,19 +97,24 @@ pub fn has_model_extension(path: &Path) -> bool {
         .is_some_and(|e| MODEL_EXTENSIONS.contains(&e))
 }
 
-/// Whether `dir` is one model rather than a repository of models: it holds the model file
-/// directly, or its only subfolders are version folders.
+/// Whether `dir` is one model rather than a repository of models: its only subfolders are
+/// version folders, or it holds the model file directly and no subfolder is a model folder
+/// (so a stray file beside model folders leaves a repository a repository).
 pub fn holds_one_model(dir: &Path) -> bool {
-    if model_file_in(dir).is_some() {
-        return true;
-    }
     let Ok(folders) = subfolders(dir) else {
         return false;
     };
-    !folders.is_empty()
+    let versions_only = !folders.is_empty()
         && folders
             .iter()
-            .all(|(name, _)| parse_version(name).is_some())
+            .all(|(name, _)| parse_version(name).is_some());
+    let is_model_folder = |path: &Path| {
+        model_file_in(path).is_some()
+            || subfolders(path)
+                .is_ok_and(|inner| inner.iter().any(|(name, _)| parse_version(name).is_some()))
+    };
+    versions_only
+        || (model_file_in(dir).is_some() && !folders.iter().any(|(_, path)| is_model_folder(path)))
 }
 
 /// Version folder names are positive integers, compared as numbers (`10` is after `9`).
@@ -197,6 +202,8 @@ mod tests {
         std::fs::create_dir_all(model.join("3"))?;
         let versioned = scan_model(&model)?;
         let versions_only = holds_one_model(&model);
+        std::fs::write(dir.join("stray.onnx"), b"onnx")?;
+        let stray_file_in_repository = holds_one_model(&dir);
         std::fs::remove_dir_all(&dir)?;
 
         assert_eq!(flat.len(), 1);
@@ -206,6 +213,7 @@ mod tests {
         assert_eq!(versioned.iter().map(|v| v.version).collect::<Vec<_>>(), [3]);
         assert!(!is_flat(&versioned[0]));
         assert!(versions_only);
+        assert!(!stray_file_in_repository);
         Ok(())
     }
 }
