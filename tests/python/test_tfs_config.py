@@ -126,8 +126,12 @@ def test_a_tf_serving_command_line_serves_its_models_config(tmp_path):
         config.write_text(models_config(*listed, 'name: "unlisted" base_path: "unlisted"'))
         wait_for(lambda: rest_predict(server.rest_url, "unlisted", ROWS).status_code == 200, server)
         config.write_text("model_config_list { config { nmae: \"typo\" } }\n")
-        wait_for(lambda: "cannot apply the model config file" in read_log(server.log_path), server)
+        wait_for(lambda: "nmae" in read_log(server.log_path), server)
+        # A list pointing outside the model roots is refused the same way at run time.
+        config.write_text(models_config('name: "adder" base_path: "/proc/self"'))
+        wait_for(lambda: "base_path is not an existing folder" in read_log(server.log_path), server)
         assert rest_predict(server.rest_url, "adder", ROWS).status_code == 200
+        assert rest_predict(server.rest_url, "unlisted", ROWS).status_code == 200
 
 
 def wait_for(condition, server, timeout: float = 60.0) -> None:
@@ -217,9 +221,23 @@ def test_bad_configuration_files_stop_the_start_with_a_reason(tmp_path):
                          ["--port=0", "--rest_api_port=0", f"--model_config_file={config}",
                           "--enable_batching", f"--batching_parameters_file={batching}"])
         assert needle in str(refused.value)
+    batching.write_text("max_batch_size { value: 8 }")
+    for text, needle in [(b"\xff\xfe\x00garbage", "cannot read"),
+                         (b'model_config_list { config { name: "../adder" } }', "not a plain name"),
+                         (b'model_config_list { config { name: "adder" model_platform: "xgboost" } }',
+                          "model_platform 'xgboost' is not served here")]:
+        config.write_bytes(text)
+        with pytest.raises(ServerStartError) as refused:
+            start_server(None, tmp_path / "bad.log",
+                         ["--port=0", "--rest_api_port=0", f"--model_config_file={config}"])
+        assert needle in str(refused.value)
     with pytest.raises(ServerStartError) as refused:
         start_server(None, tmp_path / "none.log", ["--port=0", "--rest_api_port=0"])
     assert "--model-config-file" in str(refused.value)
+    with pytest.raises(ServerStartError) as refused:
+        start_server(None, tmp_path / "name.log", ["--port=0", "--rest_api_port=0", "--model_name=../up",
+                                                    f"--model_base_path={tmp_path / 'adder'}"])
+    assert "not a plain name" in str(refused.value)
 
 
 def test_the_kserve_runtime_arguments_serve_a_single_file_storage_uri(tmp_path):
