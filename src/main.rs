@@ -18,8 +18,8 @@ use tensorport::config::{missing_serve_hint, Cli, Command, ConfigError, LogForma
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
 use tensorport::repository::{
-    read_model_config_file, served_models, subfolders, Loader, ModelList, ModelRepository,
-    ModelSource, ServedModel, TfsBatching,
+    subfolders, watch_model_config_file, Loader, ModelList, ModelRepository, ModelSource,
+    TfsBatching,
 };
 use tensorport::shm::ShmRegistry;
 use tensorport::tensor::DecodeLimits;
@@ -156,12 +156,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let repository = ModelRepository::new(&model_dir, loader)
             .with_allowed_roots(&args.allow_model_paths)
             .map_err(|err| err.to_string())?;
-        let repository = match &source.models {
-            ModelList::Scanned => repository,
-            listed => {
-                let models = listed_models(&repository, listed)?;
-                repository.serving_only(models)
-            }
+        let repository = match source.models.served(&repository) {
+            Ok(None) => repository,
+            Ok(Some(models)) => repository.serving_only(models),
+            Err(err) => return Err(err.to_string()),
         };
         let repository = Arc::new(repository);
         let max_request_bytes = options.max_request_bytes;
@@ -240,72 +238,6 @@ fn batching_defaults(args: &ServeArgs) -> Result<(BatchSettings, usize), String>
         "batching on for models without batching settings of their own"
     );
     Ok((tfs.settings, tfs.instances.unwrap_or(instances)))
-}
-
-/// The models `list` names, their folders confined to the model roots.
-fn listed_models(
-    repository: &ModelRepository,
-    list: &ModelList,
-) -> Result<Vec<ServedModel>, String> {
-    let confined = |name: &str, base: &str| repository.model_path(name, base);
-    match list {
-        ModelList::Scanned => Ok(Vec::new()),
-        ModelList::ConfigFile(file) => {
-            let list = read_model_config_file(file).map_err(|err| err.to_string())?;
-            served_models(list, confined)
-                .map_err(|err| format!("--model-config-file: {}: {err}", file.display()))
-        }
-        ModelList::One { name, path } => {
-            let path = confined(name, &path.to_string_lossy()).map_err(|err| err.to_string())?;
-            Ok(vec![ServedModel {
-                name: name.clone(),
-                path,
-                policy: None,
-                labels: None,
-            }])
-        }
-    }
-}
-
-/// Re-reads `file` every `period` and serves what it lists once it changes. A file that
-/// cannot be read or applied leaves the models as they are, and is logged once.
-async fn watch_model_config_file(
-    repository: Arc<ModelRepository>,
-    file: PathBuf,
-    period: Duration,
-) {
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticks.tick().await;
-    let mut last_text = std::fs::read_to_string(&file).ok();
-    let mut last_error = None;
-    loop {
-        ticks.tick().await;
-        let text = std::fs::read_to_string(&file).ok();
-        if text == last_text && last_error.is_none() {
-            continue;
-        }
-        let applied = match listed_models(&repository, &ModelList::ConfigFile(file.clone())) {
-            Ok(models) => repository
-                .serve_only(models)
-                .await
-                .map_err(|err| err.to_string()),
-            Err(err) => Err(err),
-        };
-        last_text = text;
-        match applied {
-            Ok(()) => {
-                tracing::info!(file = %file.display(), "model config file applied");
-                last_error = None;
-            }
-            Err(error) => {
-                if last_error.as_ref() != Some(&error) {
-                    tracing::error!(%error, "cannot apply the model config file; the models stay as they are");
-                }
-                last_error = Some(error);
-            }
-        }
-    }
 }
 
 /// The load at start-up, then (with a poll period) the watch for changes, off the serving path.

@@ -32,7 +32,7 @@ pub use scan::{
     VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION, ONNX_MODEL_FILE, SAVED_MODEL_FILE,
     TORCH_MODEL_FILE, TRITON_SAVED_MODEL_DIR,
 };
-pub use startup::{ModelList, ModelSource, StartupError};
+pub use startup::{watch_model_config_file, ModelList, ModelSource, StartupError};
 pub use tfs_batching::{TfsBatching, TfsBatchingError};
 pub use tfs_config::{read_model_config_file, served_models, ModelConfigFileError};
 

@@ -5,8 +5,14 @@
 //! URI mounted at `/mnt/models`, a folder or a single file).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
-use super::{check_model_name, holds_one_model, ConfineError};
+use super::{
+    check_model_name, holds_one_model, read_model_config_file, served_models, ConfineError,
+    ModelConfigFileError, ModelRepository, ServedModel,
+};
+use crate::error::Error;
 
 /// Where the models come from, as the flags name them.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,7 +42,21 @@ pub enum StartupError {
     #[error("{flag}: {path} has no folder name to name the model by; give --model-name")]
     Unnamed { flag: &'static str, path: PathBuf },
     #[error("--model-name: {0}")]
-    BadName(#[from] ConfineError),
+    BadName(ConfineError),
+    #[error("{flag}: {source}")]
+    Outside {
+        flag: &'static str,
+        #[source]
+        source: ConfineError,
+    },
+    #[error(transparent)]
+    ConfigFile(#[from] ModelConfigFileError),
+    #[error("--model-config-file: {path}: {source}")]
+    Listed {
+        path: PathBuf,
+        #[source]
+        source: Error,
+    },
 }
 
 impl ModelSource {
@@ -83,6 +103,90 @@ impl ModelSource {
     }
 }
 
+impl ModelList {
+    /// The models a list names, their folders confined to `repository`'s roots (`None` for
+    /// a scanned repository).
+    pub fn served(
+        &self,
+        repository: &ModelRepository,
+    ) -> Result<Option<Vec<ServedModel>>, StartupError> {
+        let confined = |name: &str, base: &str| repository.model_path(name, base);
+        match self {
+            Self::Scanned => Ok(None),
+            Self::ConfigFile(file) => {
+                let list = read_model_config_file(file)?;
+                served_models(list, confined)
+                    .map(Some)
+                    .map_err(|source| StartupError::Listed {
+                        path: file.clone(),
+                        source,
+                    })
+            }
+            Self::One { name, path } => {
+                let path = confined(name, &path.to_string_lossy()).map_err(|source| {
+                    StartupError::Outside {
+                        flag: "--model-base-path",
+                        source,
+                    }
+                })?;
+                Ok(Some(vec![ServedModel {
+                    name: name.clone(),
+                    path,
+                    policy: None,
+                    labels: None,
+                }]))
+            }
+        }
+    }
+}
+
+/// Re-reads `file` every `period` and serves what it lists once it changes. A file that
+/// cannot be read or applied leaves the models as they are, and is logged once.
+pub async fn watch_model_config_file(
+    repository: Arc<ModelRepository>,
+    file: PathBuf,
+    period: Duration,
+) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    let list = ModelList::ConfigFile(file.clone());
+    let mut last_text = std::fs::read_to_string(&file).ok();
+    let mut last_error: Option<String> = None;
+    loop {
+        ticks.tick().await;
+        let text = std::fs::read_to_string(&file).ok();
+        // An unchanged file is applied again only while it failed (a base path it names may
+        // have appeared since).
+        if text == last_text && last_error.is_none() {
+            continue;
+        }
+        last_text = text;
+        let applied = match list.served(&repository) {
+            Ok(models) => repository
+                .serve_only(models.unwrap_or_default())
+                .await
+                .map_err(|err| err.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        match applied {
+            Ok(()) => {
+                tracing::info!(file = %file.display(), "model config file applied");
+                last_error = None;
+            }
+            Err(error) => {
+                if last_error.as_ref() != Some(&error) {
+                    tracing::error!(
+                        %error,
+                        "cannot apply the model config file; the models stay as they are"
+                    );
+                }
+                last_error = Some(error);
+            }
+        }
+    }
+}
+
 /// One model at `base`: a folder (version folders or the model file inside) or a model file,
 /// whose folder is then the model's. Named by `model_name`, else by its folder (or a file's
 /// stem, as KServe names a single-file model).
@@ -107,7 +211,7 @@ fn one_model(
                 path: base.to_path_buf(),
             })?,
     };
-    check_model_name(&name)?;
+    check_model_name(&name).map_err(StartupError::BadName)?;
     Ok(ModelSource {
         root: model_dir.map_or_else(|| folder.clone(), Path::to_path_buf),
         models: ModelList::One { name, path: folder },
