@@ -262,3 +262,19 @@ def test_the_kserve_runtime_arguments_serve_a_single_file_storage_uri(tmp_path):
         rows.set_data_from_numpy(ROWS)
         np.testing.assert_allclose(client.infer("adder", [rows]).as_numpy("y"), ROWS.sum(axis=1))
         assert requests.get(f"{server.rest_url}/readyz", timeout=5).status_code == 200
+
+
+def test_the_readme_migration_commands_serve_the_examples(tmp_path):
+    # The README's TF Serving command line over examples/, on free ports.
+    config = REPO / "examples" / "config"
+    args = ["--port=0", "--rest_api_port=0", f"--model-dir={REPO / 'examples' / 'models'}",
+            f"--model_config_file={config / 'models.config'}", "--model_config_file_poll_wait_seconds=60",
+            "--enable_batching", f"--batching_parameters_file={config / 'batching.txt'}"]
+    features = np.zeros((2, 16), dtype=np.float32)
+    with running(tmp_path / "readme.log", args) as server:
+        for path in ["ranker/labels/stable", "ranker/labels/canary", "ranker"]:
+            reply = requests.post(f"{server.rest_url}/v1/models/{path}:predict",
+                                  json={"instances": features.tolist()}, timeout=10)
+            assert reply.status_code == 200, reply.text
+        assert requests.get(f"{server.rest_url}/v1/models/multi_dtype", timeout=5).status_code == 404
+        assert "max_batch_size=32" in read_log(server.log_path)
