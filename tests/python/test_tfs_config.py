@@ -116,6 +116,9 @@ def test_a_tf_serving_command_line_serves_its_models_config(tmp_path):
         client = triton_http.InferenceServerClient(server.rest_url.removeprefix("http://"))
         assert client.is_model_ready("adder")
         assert not client.is_model_ready("unlisted")
+        # The batching file is what the model runs with, and what Triton's config reports.
+        model_config = client.get_model_config("adder")
+        assert model_config["max_batch_size"] == 8, model_config
         assert rest_predict(server.rest_url, "unlisted", ROWS).status_code == 404
 
         log = read_log(server.log_path)
