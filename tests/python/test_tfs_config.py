@@ -16,6 +16,7 @@ import grpc
 import numpy as np
 import pytest
 import requests
+import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 import yaml
 from tensorflow_serving.apis import (
@@ -281,3 +282,14 @@ def test_the_readme_migration_commands_serve_the_examples(tmp_path):
             assert reply.status_code == 200, reply.text
         assert requests.get(f"{server.rest_url}/v1/models/multi_dtype", timeout=5).status_code == 404
         assert "max_batch_size=32" in read_log(server.log_path)
+
+
+def test_a_triton_command_line_serves_its_repository(tmp_path):
+    repo = tmp_path / "repo"
+    copy_model("sum_rows", repo / "adder")
+    args = [f"--model-repository={repo}", "--http-port=0", "--grpc-port=0", "--repository-poll-secs=0"]
+    with running(tmp_path / "triton.log", args) as server:
+        client = triton_grpc.InferenceServerClient(server.grpc_target)
+        rows = triton_grpc.InferInput("x", list(ROWS.shape), "FP32")
+        rows.set_data_from_numpy(ROWS)
+        np.testing.assert_allclose(client.infer("adder", [rows]).as_numpy("y"), ROWS.sum(axis=1))
