@@ -29,6 +29,10 @@ cargo_features = $(if $(strip $(1)),--features "$(strip $(1))")
 K8S_VERSION ?= 1.30.0
 K8S_RESOURCES := deploy/k8s/deployment.yaml deploy/k8s/service.yaml deploy/k8s/hpa.yaml \
 	deploy/k8s/pdb.yaml deploy/k8s/pvc.yaml
+# KServe's SDK wheel: its generated API types are what deploy/kserve/ is checked against.
+KSERVE_VERSION := 0.21.0
+KSERVE_WHEEL_DIR ?= .cache/kserve
+KSERVE_WHEEL := $(KSERVE_WHEEL_DIR)/kserve-$(KSERVE_VERSION)-py3-none-any.whl
 
 # apt-get needs root; elsewhere it runs under sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -97,14 +101,18 @@ tools:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 ## deploy-check: what can be checked of deploy/ and docker-compose.yml without Docker or a cluster
-deploy-check: venv tools
+deploy-check: venv tools $(KSERVE_WHEEL)
 	$(VENV)/bin/yamllint -s openapi deploy docker-compose.yml .yamllint.yaml
 	$(VENV)/bin/openapi-spec-validator openapi/tensorport.yaml
 	$(VENV)/bin/kubernetes-validate --quiet -k $(K8S_VERSION) --strict $(K8S_RESOURCES)
+	$(PY) scripts/check_kserve_manifests.py $(KSERVE_WHEEL) $(K8S_VERSION) deploy/kserve/*.yaml
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
 	promtool check config deploy/prometheus/prometheus.yml
 	$(PY) scripts/check_docker_context.py deploy/Dockerfile
 	$(VENV)/bin/hadolint deploy/Dockerfile
+
+$(KSERVE_WHEEL): | venv
+	$(PY) -m pip download --quiet --no-deps --dest $(KSERVE_WHEEL_DIR) kserve==$(KSERVE_VERSION)
 
 ## perf-analyzer: Triton's load generator, a real TF Serving / KServe client used by the tests
 perf-analyzer: $(PERF_ANALYZER)

@@ -45,8 +45,11 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
 
     /// Model repository: DIR/<model>/<version>/model.onnx (or model.pt, TorchScript, or
-    /// saved_model.pb, TensorFlow).
-    #[arg(long, env = "TENSORPORT_MODEL_DIR", value_name = "DIR")]
+    /// saved_model.pb, TensorFlow). A folder holding one model (its version folders, or the
+    /// model file directly) or a model file is served as that one model. Alias:
+    /// --model-repository (Triton).
+    #[arg(long, env = "TENSORPORT_MODEL_DIR", value_name = "DIR",
+          aliases = ["model-repository", "model_repository"])]
     pub model_dir: Option<PathBuf>,
 
     /// Address to listen on.
@@ -54,11 +57,19 @@ pub struct ServeArgs {
     pub host: IpAddr,
 
     /// gRPC port (TF Serving and KServe gRPC); 0 picks a free port.
-    #[arg(long, env = "TENSORPORT_GRPC_PORT", default_value_t = 8500)]
+    /// Alias: --port (TF Serving).
+    #[arg(
+        long,
+        env = "TENSORPORT_GRPC_PORT",
+        default_value_t = 8500,
+        alias = "port"
+    )]
     pub grpc_port: u16,
 
     /// HTTP port (TF Serving REST, KServe HTTP); 0 picks a free port.
-    #[arg(long, env = "TENSORPORT_REST_PORT", default_value_t = 8501)]
+    /// Aliases: --rest_api_port (TF Serving), --http-port (Triton).
+    #[arg(long, env = "TENSORPORT_REST_PORT", default_value_t = 8501,
+          aliases = ["rest_api_port", "http-port"])]
     pub rest_port: u16,
 
     /// Path to libonnxruntime.so; by default ORT_DYLIB_PATH, then the project's .venv.
@@ -88,7 +99,13 @@ pub struct ServeArgs {
 
     /// How often to look for new, changed or removed model versions, in seconds (0: only at
     /// start and on the load / reload APIs).
-    #[arg(long, env = "TENSORPORT_MODEL_POLL_SECS", default_value_t = 2)]
+    /// Aliases: --file_system_poll_wait_seconds (TF Serving), --repository-poll-secs (Triton).
+    #[arg(
+        long,
+        env = "TENSORPORT_MODEL_POLL_SECS",
+        default_value_t = 2,
+        aliases = ["file_system_poll_wait_seconds", "repository-poll-secs"]
+    )]
     pub model_poll_secs: u64,
 
     /// Dynamic batching for models whose config.toml has no [batching] section: the most rows
@@ -291,6 +308,68 @@ pub struct ServeArgs {
     /// clients must then read `tensor_content`.
     #[arg(long, env = "TENSORPORT_PREDICT_RESPONSE_TENSOR_CONTENT")]
     pub predict_response_tensor_content: bool,
+
+    /// TF Serving's models.config (a ModelServerConfig text proto): serve exactly the models it
+    /// lists (name, base_path, model_platform, model_version_policy, version_labels). Relative
+    /// base paths start at --model-dir (default: the file's folder); others need
+    /// --allow-model-paths. Alias: --model_config_file.
+    #[arg(
+        long,
+        env = "TENSORPORT_MODEL_CONFIG_FILE",
+        value_name = "FILE",
+        alias = "model_config_file",
+        conflicts_with = "model_base_path"
+    )]
+    pub model_config_file: Option<PathBuf>,
+
+    /// How often to re-read --model-config-file and apply its changes, in seconds (0: read at
+    /// start only). Alias: --model_config_file_poll_wait_seconds.
+    #[arg(
+        long,
+        env = "TENSORPORT_MODEL_CONFIG_FILE_POLL_SECS",
+        default_value_t = 0,
+        alias = "model_config_file_poll_wait_seconds"
+    )]
+    pub model_config_file_poll_secs: u64,
+
+    /// Name of the one model --model-base-path serves (default: the folder's name); also the
+    /// name of a --model-dir that holds a single model. Alias: --model_name.
+    #[arg(
+        long,
+        env = "TENSORPORT_MODEL_NAME",
+        value_name = "NAME",
+        alias = "model_name"
+    )]
+    pub model_name: Option<String>,
+
+    /// Serve one model from this folder (its version folders, or the model file directly) or
+    /// this model file, as TF Serving's --model_base_path. Alias: --model_base_path.
+    #[arg(
+        long,
+        env = "TENSORPORT_MODEL_BASE_PATH",
+        value_name = "PATH",
+        alias = "model_base_path"
+    )]
+    pub model_base_path: Option<PathBuf>,
+
+    /// Turn dynamic batching on for models without batching settings of their own, with TF
+    /// Serving's defaults (max_batch_size 1000) or --batching-parameters-file. Alias:
+    /// --enable_batching.
+    #[arg(long, env = "TENSORPORT_ENABLE_BATCHING", alias = "enable_batching",
+          num_args = 0..=1, default_missing_value = "true", default_value_t = false,
+          action = clap::ArgAction::Set)]
+    pub enable_batching: bool,
+
+    /// TF Serving's BatchingParameters text proto (max_batch_size, batch_timeout_micros,
+    /// max_enqueued_batches, num_batch_threads, allowed_batch_sizes), applied with
+    /// --enable-batching. Alias: --batching_parameters_file.
+    #[arg(
+        long,
+        env = "TENSORPORT_BATCHING_PARAMETERS_FILE",
+        value_name = "FILE",
+        alias = "batching_parameters_file"
+    )]
+    pub batching_parameters_file: Option<PathBuf>,
 }
 
 /// How log lines are written.
@@ -319,9 +398,12 @@ pub enum ConfigError {
     UnknownKey { path: PathBuf, key: String },
     #[error("--config: {path}: setting '{key}' must be a string, number or boolean")]
     BadValue { path: PathBuf, key: String },
-    #[error("--model-dir is required (or TENSORPORT_MODEL_DIR, or model_dir in --config)")]
+    #[error(
+        "--model-dir is required (or TENSORPORT_MODEL_DIR, or model_dir in --config), unless \
+         --model-config-file or --model-base-path names the models"
+    )]
     MissingModelDir,
-    #[error("--model-dir: {0} is not a directory")]
+    #[error("--model-dir: {0} is neither a directory nor a model file")]
     ModelDirNotADirectory(PathBuf),
     #[error(transparent)]
     ApiKeys(#[from] ApiKeysError),
@@ -451,11 +533,13 @@ impl Cli {
 
     fn validated(self) -> Result<Self, ConfigError> {
         let Command::Serve(serve) = &self.command;
-        let dir = serve
-            .model_dir
-            .as_ref()
-            .ok_or(ConfigError::MissingModelDir)?;
-        if !dir.is_dir() {
+        let Some(dir) = serve.model_dir.as_ref() else {
+            if serve.model_config_file.is_some() || serve.model_base_path.is_some() {
+                return Ok(self);
+            }
+            return Err(ConfigError::MissingModelDir);
+        };
+        if !dir.is_dir() && !dir.is_file() {
             return Err(ConfigError::ModelDirNotADirectory(dir.clone()));
         }
         Ok(self)
@@ -754,6 +838,65 @@ mod tests {
         ] {
             assert_eq!(missing_serve_hint(&args(line)), None, "{line:?}");
         }
+    }
+
+    #[test]
+    fn tf_serving_and_triton_spellings_are_aliases() -> Result<(), ConfigError> {
+        let dir = std::env::temp_dir();
+        let dir = dir.to_string_lossy();
+        let tfs = serve(Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--port=9000",
+            "--rest_api_port=9001",
+            "--model_config_file=/models/models.config",
+            "--model_config_file_poll_wait_seconds=60",
+            "--enable_batching",
+            "--batching_parameters_file=/models/batching.txt",
+            "--file_system_poll_wait_seconds=5",
+        ]))?);
+        let triton_poll = serve(Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-repository",
+            &dir,
+            "--repository-poll-secs=7",
+        ]))?);
+        assert_eq!(triton_poll.model_poll_secs, 7);
+        assert_eq!((tfs.grpc_port, tfs.rest_port), (9000, 9001));
+        assert_eq!(
+            tfs.model_config_file.as_deref(),
+            Some(Path::new("/models/models.config"))
+        );
+        assert_eq!(tfs.model_config_file_poll_secs, 60);
+        assert!(tfs.enable_batching);
+        assert_eq!(
+            tfs.batching_parameters_file.as_deref(),
+            Some(Path::new("/models/batching.txt"))
+        );
+        assert_eq!(tfs.model_poll_secs, 5);
+        let one = serve(Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model_name=resnet",
+            "--model_base_path=/models/resnet",
+            "--enable_batching=false",
+        ]))?);
+        assert_eq!(one.model_name.as_deref(), Some("resnet"));
+        assert!(!one.enable_batching);
+        let triton = serve(Cli::parse_from_args(args(&[
+            "tensorport",
+            "serve",
+            "--model-repository",
+            &dir,
+            "--http-port",
+            "8000",
+            "--grpc-port",
+            "8001",
+        ]))?);
+        assert_eq!(triton.model_dir.as_deref(), Some(Path::new(dir.as_ref())));
+        assert_eq!((triton.grpc_port, triton.rest_port), (8001, 8000));
+        Ok(())
     }
 
     #[test]

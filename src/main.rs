@@ -13,10 +13,14 @@ use tensorport::auth::Access;
 use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
+use tensorport::batcher::BatchSettings;
 use tensorport::config::{missing_serve_hint, Cli, Command, ConfigError, LogFormat, ServeArgs};
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
-use tensorport::repository::{subfolders, Loader, ModelRepository};
+use tensorport::repository::{
+    subfolders, watch_model_config_file, Loader, ModelList, ModelRepository, ModelSource,
+    TfsBatching,
+};
 use tensorport::shm::ShmRegistry;
 use tensorport::tensor::DecodeLimits;
 use tensorport::Listeners;
@@ -77,7 +81,15 @@ fn init_logging(format: LogFormat) {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    let model_dir = args.model_dir.clone().ok_or("--model-dir is required")?;
+    let source = ModelSource::from_flags(
+        args.model_dir.as_deref(),
+        args.model_config_file.as_deref(),
+        args.model_name.as_deref(),
+        args.model_base_path.as_deref(),
+    )
+    .map_err(|err| err.to_string())?;
+    let model_dir = source.root.clone();
+    let (default_batching, instances) = batching_defaults(&args)?;
     // Connections, model files and shared-memory regions each hold a descriptor.
     match tensorport::shm::raise_descriptor_limit() {
         Ok(limit) => tracing::info!(limit = ?limit, "open-file limit"),
@@ -137,15 +149,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let loader = Loader {
             onnx,
             threads,
-            default_batching: args.batch_settings(),
+            default_batching,
             metrics: metrics.clone(),
-            instances: usize::try_from(args.instances).unwrap_or(1),
+            instances,
         };
-        let repository = Arc::new(
-            ModelRepository::new(&model_dir, loader)
-                .with_allowed_roots(&args.allow_model_paths)
-                .map_err(|err| err.to_string())?,
-        );
+        let repository = ModelRepository::new(&model_dir, loader)
+            .with_allowed_roots(&args.allow_model_paths)
+            .map_err(|err| err.to_string())?;
+        let repository = match source.models.served(&repository) {
+            Ok(None) => repository,
+            Ok(Some(models)) => repository.serving_only(models),
+            Err(err) => return Err(err.to_string()),
+        };
+        let repository = Arc::new(repository);
         let max_request_bytes = options.max_request_bytes;
         let infer = Arc::new(InferService::new(
             repository.clone(),
@@ -162,7 +178,14 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             "listening"
         );
         let poll = (args.model_poll_secs > 0).then(|| Duration::from_secs(args.model_poll_secs));
-        let loading = tokio::spawn(load_then_poll(repository, poll));
+        let config_file = match &source.models {
+            ModelList::ConfigFile(file) if args.model_config_file_poll_secs > 0 => Some((
+                file.clone(),
+                Duration::from_secs(args.model_config_file_poll_secs),
+            )),
+            _ => None,
+        };
+        let loading = tokio::spawn(load_then_poll(repository, poll, config_file));
         let served = tensorport::run(
             infer,
             Listeners {
@@ -182,8 +205,47 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The batching defaults and instance count for models without settings of their own:
+/// `--enable-batching` (with `--batching-parameters-file`) as TF Serving reads them, else
+/// `--max-batch-size` and its companions.
+fn batching_defaults(args: &ServeArgs) -> Result<(BatchSettings, usize), String> {
+    let instances = usize::try_from(args.instances).unwrap_or(1);
+    if !args.enable_batching {
+        if let Some(file) = &args.batching_parameters_file {
+            tracing::warn!(
+                file = %file.display(),
+                "--batching-parameters-file is ignored without --enable-batching (as in TF Serving)"
+            );
+        }
+        return Ok((args.batch_settings(), instances));
+    }
+    let tfs = match &args.batching_parameters_file {
+        Some(file) => TfsBatching::read(file).map_err(|err| err.to_string())?,
+        None => TfsBatching::defaults(),
+    };
+    if !tfs.ignored.is_empty() {
+        tracing::warn!(
+            ignored = %tfs.ignored.join(", "),
+            "--batching-parameters-file sets fields this server does not apply"
+        );
+    }
+    tracing::info!(
+        max_batch_size = tfs.settings.max_batch_size,
+        max_queue_delay_us = tfs.settings.max_queue_delay_us,
+        max_queue_size = tfs.settings.max_queue_size,
+        preferred_batch_sizes = ?tfs.settings.preferred_batch_sizes,
+        instances = tfs.instances.unwrap_or(instances),
+        "batching on for models without batching settings of their own"
+    );
+    Ok((tfs.settings, tfs.instances.unwrap_or(instances)))
+}
+
 /// The load at start-up, then (with a poll period) the watch for changes, off the serving path.
-async fn load_then_poll(repository: Arc<ModelRepository>, poll: Option<Duration>) {
+async fn load_then_poll(
+    repository: Arc<ModelRepository>,
+    poll: Option<Duration>,
+    config_file: Option<(PathBuf, Duration)>,
+) {
     if let Err(error) = repository.reconcile().await {
         tracing::error!(%error, "cannot load the model repository");
     }
@@ -192,9 +254,17 @@ async fn load_then_poll(repository: Arc<ModelRepository>, poll: Option<Duration>
     let available = snapshot.models().filter(|m| m.is_available()).count();
     drop(snapshot);
     tracing::info!(models, available, "initial load settled");
-    if let Some(period) = poll {
-        repository.poll(period).await;
-    }
+    let watch_file = async {
+        if let Some((file, period)) = config_file {
+            watch_model_config_file(repository.clone(), file, period).await;
+        }
+    };
+    let watch_dir = async {
+        if let Some(period) = poll {
+            repository.clone().poll(period).await;
+        }
+    };
+    tokio::join!(watch_file, watch_dir);
 }
 
 async fn bind(addr: SocketAddr, flag: &str) -> Result<tokio::net::TcpListener, String> {

@@ -21,7 +21,6 @@ use super::model_config::ModelConfig;
 use super::{
     scan_model, subfolders, warmup, warmup_log, LoadedModel, Loader, ModelRecord, ScanError,
     Snapshot, VersionFolder, VersionPolicy, VersionState, WarmupConfig, EXPECTED_LAYOUT,
-    ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
 };
 use tokio::sync::oneshot;
 
@@ -129,6 +128,15 @@ impl ModelRepository {
     pub fn with_allowed_roots(mut self, roots: &[PathBuf]) -> std::io::Result<Self> {
         self.roots.allow(roots)?;
         Ok(self)
+    }
+
+    /// Serves exactly `models` from the first reconciliation on, as [`Self::serve_only`]
+    /// does later (`--model-config-file`, `--model-base-path`).
+    #[must_use]
+    pub fn serving_only(mut self, models: Vec<ServedModel>) -> Self {
+        self.control.get_mut().served =
+            Some(models.into_iter().map(|m| (m.name.clone(), m)).collect());
+        self
     }
 
     /// Whether the first reconciliation (the load at start-up) has finished.
@@ -448,6 +456,14 @@ impl ModelRepository {
         config: &ModelConfig,
     ) -> Result<oneshot::Receiver<()>, ()> {
         tracing::info!(model, version = folder.version, "loading");
+        if super::is_flat(folder) {
+            tracing::info!(
+                model,
+                folder = %folder.path.display(),
+                "the model file sits directly in the model folder (the MLServer / KServe \
+                 layout): serving it as version 1"
+            );
+        }
         self.loader.metrics.register_model(model);
         if !config.ignored.is_empty() {
             tracing::warn!(
@@ -637,16 +653,28 @@ impl ModelRepository {
 
 /// What is wrong with a model folder that has no version folder, and how to fix it.
 fn no_version_problem(folder: &Path) -> String {
-    let loose = [ONNX_MODEL_FILE, TORCH_MODEL_FILE, SAVED_MODEL_FILE]
-        .into_iter()
-        .find(|file| folder.join(file).is_file());
-    match loose {
-        Some(file) => format!(
-            "model folder has no numeric version folder: move {file} into a version folder \
-             such as {}; {EXPECTED_LAYOUT}",
-            folder.join("1").join(file).display()
-        ),
-        None => format!("model folder has no numeric version folder; {EXPECTED_LAYOUT}"),
+    // A single model file directly inside would have been served as version 1; several
+    // are ambiguous.
+    let mut loose: Vec<String> = std::fs::read_dir(folder)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| path.is_file() && super::scan::has_model_extension(path))
+                .filter_map(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    loose.sort();
+    if loose.len() > 1 {
+        format!(
+            "model folder has no numeric version folder and holds several model files ({}): \
+             keep one, or move each version into a version folder such as {}; \
+             {EXPECTED_LAYOUT}",
+            loose.join(", "),
+            folder.join("1").display()
+        )
+    } else {
+        format!("model folder has no numeric version folder; {EXPECTED_LAYOUT}")
     }
 }
 

@@ -11,7 +11,10 @@ mod declared;
 mod lifecycle;
 mod model_config;
 mod scan;
+mod startup;
 mod tfrecord;
+mod tfs_batching;
+mod tfs_config;
 mod triton_config;
 mod warmup;
 mod warmup_log;
@@ -25,9 +28,13 @@ pub use model_config::{
     MODEL_CONFIG_FILE,
 };
 pub use scan::{
-    parse_version, scan_model, subfolders, ScanError, VersionFolder, EXPECTED_LAYOUT,
-    ONNX_MODEL_FILE, SAVED_MODEL_FILE, TORCH_MODEL_FILE,
+    holds_one_model, is_flat, model_file_in, parse_version, scan_model, subfolders, ScanError,
+    VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION, ONNX_MODEL_FILE, SAVED_MODEL_FILE,
+    TORCH_MODEL_FILE, TRITON_SAVED_MODEL_DIR,
 };
+pub use startup::{watch_model_config_file, ModelList, ModelSource, StartupError};
+pub use tfs_batching::{TfsBatching, TfsBatchingError};
+pub use tfs_config::{read_model_config_file, served_models, ModelConfigFileError};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -130,9 +137,6 @@ impl ModelFormat {
     }
 }
 
-/// Triton's default folder name for a SavedModel inside a version folder.
-const TRITON_SAVED_MODEL_DIR: &str = "model.savedmodel";
-
 /// Finds the model in a version folder: the configured `model_filename`, else the default
 /// names (`model.onnx`, `model.pt`, `saved_model.pb`, or Triton's `model.savedmodel/`).
 fn locate(
@@ -189,9 +193,18 @@ fn locate(
     if is_saved_model(&triton_saved_model) {
         return Ok((ModelFormat::SavedModel, triton_saved_model));
     }
+    // One model file under another name (a KServe storage URI naming the file, say).
+    if let Some(path) = scan::model_file_in(folder) {
+        let format = match path.extension().and_then(|e| e.to_str()) {
+            Some("onnx") => ModelFormat::Onnx,
+            _ => ModelFormat::TorchScript,
+        };
+        return Ok((format, path));
+    }
     Err(format!(
         "no model file found (expected {ONNX_MODEL_FILE}, {TORCH_MODEL_FILE}, \
-         {SAVED_MODEL_FILE} or {TRITON_SAVED_MODEL_DIR}/, or the file model_filename names)"
+         {SAVED_MODEL_FILE} or {TRITON_SAVED_MODEL_DIR}/, one file ending in .onnx or .pt, or \
+         the file model_filename names)"
     ))
 }
 

@@ -26,7 +26,9 @@ pub enum ScanError {
     },
 }
 
-/// The numeric version folders of one model folder, ascending by version number.
+/// The numeric version folders of one model folder, ascending by version number. A folder
+/// without any that holds the model file itself (the MLServer and KServe layout) is its own
+/// version 1.
 pub fn scan_model(path: &Path) -> Result<Vec<VersionFolder>, ScanError> {
     let mut versions: Vec<VersionFolder> = subfolders(path)?
         .into_iter()
@@ -34,8 +36,85 @@ pub fn scan_model(path: &Path) -> Result<Vec<VersionFolder>, ScanError> {
             parse_version(&entry).map(|version| VersionFolder { version, path })
         })
         .collect();
+    if versions.is_empty() && model_file_in(path).is_some() {
+        return Ok(vec![VersionFolder {
+            version: FLAT_VERSION,
+            path: path.to_path_buf(),
+        }]);
+    }
     versions.sort_by_key(|v| v.version);
     Ok(versions)
+}
+
+/// The version a flat model folder (model file directly inside) is served as.
+pub const FLAT_VERSION: u64 = 1;
+
+/// Whether `version`'s folder is its model's folder itself rather than a version folder.
+pub fn is_flat(version: &VersionFolder) -> bool {
+    version.version == FLAT_VERSION
+        && version
+            .path
+            .file_name()
+            .and_then(|name| name.to_str())
+            .and_then(parse_version)
+            != Some(FLAT_VERSION)
+}
+
+/// Folder name Triton gives a SavedModel inside a version folder.
+pub const TRITON_SAVED_MODEL_DIR: &str = "model.savedmodel";
+
+/// File name endings of models looked for when no default name is present.
+const MODEL_EXTENSIONS: [&str; 4] = ["onnx", "pt", "pth", "torchscript"];
+
+/// The model `folder` holds directly: a default name (`model.onnx`, `model.pt`,
+/// `saved_model.pb`, `model.savedmodel/`), else the one file ending in `.onnx`, `.pt`,
+/// `.pth` or `.torchscript` (none when there are several: which one to serve is not ours to
+/// guess).
+pub fn model_file_in(folder: &Path) -> Option<PathBuf> {
+    for name in [ONNX_MODEL_FILE, TORCH_MODEL_FILE] {
+        let path = folder.join(name);
+        if path.is_file() {
+            return Some(path);
+        }
+    }
+    for dir in [folder.to_path_buf(), folder.join(TRITON_SAVED_MODEL_DIR)] {
+        if dir.join(SAVED_MODEL_FILE).is_file() {
+            return Some(dir);
+        }
+    }
+    let mut found = std::fs::read_dir(folder)
+        .ok()?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_file() && has_model_extension(path));
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
+/// Whether `path`'s name ends like a model file's (`.onnx`, `.pt`, `.pth`, `.torchscript`).
+pub fn has_model_extension(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| MODEL_EXTENSIONS.contains(&e))
+}
+
+/// Whether `dir` is one model rather than a repository of models: its only subfolders are
+/// version folders, or it holds the model file directly and no subfolder is a model folder
+/// (so a stray file beside model folders leaves a repository a repository).
+pub fn holds_one_model(dir: &Path) -> bool {
+    let Ok(folders) = subfolders(dir) else {
+        return false;
+    };
+    let versions_only = !folders.is_empty()
+        && folders
+            .iter()
+            .all(|(name, _)| parse_version(name).is_some());
+    let is_model_folder = |path: &Path| {
+        model_file_in(path).is_some()
+            || subfolders(path)
+                .is_ok_and(|inner| inner.iter().any(|(name, _)| parse_version(name).is_some()))
+    };
+    versions_only
+        || (model_file_in(dir).is_some() && !folders.iter().any(|(_, path)| is_model_folder(path)))
 }
 
 /// Version folder names are positive integers, compared as numbers (`10` is after `9`).
@@ -106,6 +185,35 @@ mod tests {
         assert_eq!(models.len(), 1);
         let versions: Vec<u64> = versions.iter().map(|v| v.version).collect();
         assert_eq!(versions, vec![2, 9, 10]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_flat_folder_is_version_one() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("tensorport-flat-{}", std::process::id()));
+        let model = dir.join("m");
+        std::fs::create_dir_all(&model)?;
+        std::fs::write(model.join("ranker.onnx"), b"onnx")?;
+        let flat = scan_model(&model)?;
+        let one_model = holds_one_model(&model);
+        let repository = holds_one_model(&dir);
+        std::fs::write(model.join("other.onnx"), b"onnx")?;
+        let ambiguous = scan_model(&model)?;
+        std::fs::create_dir_all(model.join("3"))?;
+        let versioned = scan_model(&model)?;
+        let versions_only = holds_one_model(&model);
+        std::fs::write(dir.join("stray.onnx"), b"onnx")?;
+        let stray_file_in_repository = holds_one_model(&dir);
+        std::fs::remove_dir_all(&dir)?;
+
+        assert_eq!(flat.len(), 1);
+        assert!(is_flat(&flat[0]));
+        assert!(one_model && !repository);
+        assert!(ambiguous.is_empty());
+        assert_eq!(versioned.iter().map(|v| v.version).collect::<Vec<_>>(), [3]);
+        assert!(!is_flat(&versioned[0]));
+        assert!(versions_only);
+        assert!(!stray_file_in_repository);
         Ok(())
     }
 }

@@ -79,6 +79,10 @@ def test_repository_problems_are_logged_once_with_the_expected_layout(tmp_path):
     models = tmp_path / "models"
     (models / "flat").mkdir(parents=True)
     shutil.copy(EXAMPLE_MODELS / "ranker" / "1" / "model.onnx", models / "flat" / "model.onnx")
+    # Two model files and no version folder: which one to serve is ambiguous.
+    (models / "two").mkdir(parents=True)
+    for name in ("a.onnx", "b.onnx"):
+        shutil.copy(EXAMPLE_MODELS / "ranker" / "1" / "model.onnx", models / "two" / name)
     (models / "lost+found").mkdir()
     (models / ".snapshots" / "1").mkdir(parents=True)
     shutil.copytree(EXAMPLE_MODELS / "ranker" / "1", models / "ranker" / "1")
@@ -93,7 +97,9 @@ def test_repository_problems_are_logged_once_with_the_expected_layout(tmp_path):
         log = server.log()
         warnings = [line for line in log.splitlines() if "no numeric version folder" in line]
         assert len(warnings) == 1, log
-        assert "move model.onnx into a version folder" in warnings[0], warnings[0]
+        assert "holds several model files (a.onnx, b.onnx)" in warnings[0], warnings[0]
+        # A single model file directly in its folder is the MLServer / KServe layout: version 1.
+        assert _available(server, "flat", 1), log
         assert "<model-dir>/<model>/<version>/model.onnx" in warnings[0], warnings[0]
         assert "lost+found" not in log and ".snapshots" not in log, log
         assert requests.get(f"{server.rest_url}/v1/models/lost+found", timeout=5).status_code == 404

@@ -19,9 +19,7 @@ use crate::proto::tensorflow::serving::{
     MultiInferenceResponse, PredictRequest, PredictResponse, RegressionRequest, RegressionResponse,
     ReloadConfigRequest, ReloadConfigResponse, SignatureDefMap, StatusProto,
 };
-use crate::repository::{
-    check_model_name, ConfineError, LoadedModel, ServedModel, VersionPolicy, VersionSelector,
-};
+use crate::repository::{served_models, LoadedModel, VersionSelector};
 use crate::request::RequestContext;
 
 /// The metadata field TF Serving clients ask for.
@@ -268,22 +266,9 @@ impl ModelService for TfServingGrpc {
             .into());
         }
         let repository = self.infer.repository();
-        let mut seen = std::collections::HashSet::new();
-        let models = list
-            .config
-            .into_iter()
-            .map(|model| {
-                if !seen.insert(model.name.clone()) {
-                    return Err(Error::invalid(format!(
-                        "model '{}' is listed more than once",
-                        model.name
-                    )));
-                }
-                served_model(model, |name, base_path| {
-                    repository.model_path(name, base_path)
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let models = served_models(list, |name, base_path| {
+            repository.model_path(name, base_path)
+        })?;
         repository.serve_only(models).await?;
         Ok(Response::new(ReloadConfigResponse {
             status: Some(StatusProto {
@@ -293,64 +278,4 @@ impl ModelService for TfServingGrpc {
             metric: Vec::new(),
         }))
     }
-}
-
-/// One entry of a reload-config list in the repository's terms.
-fn served_model(
-    model: crate::proto::tensorflow::serving::ModelConfig,
-    confined_path: impl Fn(&str, &str) -> Result<std::path::PathBuf, ConfineError>,
-) -> Result<ServedModel, Error> {
-    use crate::proto::tensorflow::serving::file_system_storage_path_source_config::servable_version_policy::PolicyChoice;
-    // First, since later messages repeat the name.
-    check_model_name(&model.name)?;
-    if !model.model_platform.is_empty()
-        && model.model_platform != "onnx"
-        && model.model_platform != "tensorflow"
-    {
-        return Err(Error::invalid(format!(
-            "model '{}': model_platform '{}' is not served here",
-            model.name, model.model_platform
-        )));
-    }
-    let policy = match model.model_version_policy.and_then(|p| p.policy_choice) {
-        None => None,
-        Some(PolicyChoice::Latest(latest)) => {
-            Some(VersionPolicy::Latest(latest.num_versions.max(1) as usize))
-        }
-        Some(PolicyChoice::All(_)) => Some(VersionPolicy::All),
-        Some(PolicyChoice::Specific(specific)) => {
-            let versions = specific
-                .versions
-                .iter()
-                .map(|&v| u64::try_from(v).ok().filter(|&v| v > 0))
-                .collect::<Option<Vec<u64>>>()
-                .ok_or_else(|| {
-                    Error::invalid(format!("model '{}': versions must be positive", model.name))
-                })?;
-            Some(VersionPolicy::Specific(versions))
-        }
-    };
-    let labels = if model.version_labels.is_empty() {
-        None
-    } else {
-        let labels = model
-            .version_labels
-            .into_iter()
-            .map(|(label, v)| u64::try_from(v).ok().filter(|&v| v > 0).map(|v| (label, v)))
-            .collect::<Option<_>>()
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "model '{}': labels must name positive versions",
-                    model.name
-                ))
-            })?;
-        Some(labels)
-    };
-    let path = confined_path(&model.name, &model.base_path)?;
-    Ok(ServedModel {
-        name: model.name,
-        path,
-        policy,
-        labels,
-    })
 }

@@ -1,0 +1,216 @@
+//! TF Serving's `--enable_batching` and `--batching_parameters_file`, mapped onto the
+//! server-wide batching defaults (what a model without batching settings of its own runs with).
+//!
+//! | BatchingParameters field | here | why |
+//! | --- | --- | --- |
+//! | `max_batch_size` (default 1000) | `max_batch_size` | the same: most rows in one run |
+//! | `batch_timeout_micros` (default 0) | `max_queue_delay_us` | the same wait for a batch to fill |
+//! | `max_enqueued_batches` (default 10) | `max_queue_size` = it × `max_batch_size` | the queue here counts requests, each at least one row, so this admits at least as much as TF Serving |
+//! | `num_batch_threads` | instances per model version | batches of one version that run at once (TF Serving shares its threads among models) |
+//! | `allowed_batch_sizes` | `preferred_batch_sizes` | a batch is cut at these sizes; it is not padded up to them |
+//! | `thread_pool_name`, `pad_variable_length_inputs`, `enable_large_batch_splitting`, `max_execution_batch_size` | not applied | named once in a warning |
+
+use std::path::{Path, PathBuf};
+
+use crate::batcher::{BatchSettings, MAX_QUEUE_SIZE};
+use crate::proto::tensorflow::serving::BatchingParameters;
+use crate::textproto;
+
+use super::MAX_INSTANCES;
+
+/// TF Serving's defaults for fields a batching file leaves out.
+const DEFAULT_MAX_BATCH_SIZE: i64 = 1000;
+const DEFAULT_MAX_ENQUEUED_BATCHES: i64 = 10;
+
+/// The batching defaults and instance count a batching file describes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TfsBatching {
+    pub settings: BatchSettings,
+    /// From `num_batch_threads`; `None` leaves `--instances` in charge.
+    pub instances: Option<usize>,
+    /// Fields set in the file that this server does not apply.
+    pub ignored: Vec<&'static str>,
+}
+
+/// Why the batching file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TfsBatchingError {
+    #[error("--batching-parameters-file: cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--batching-parameters-file: {path} is not a BatchingParameters text proto: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: textproto::TextProtoError,
+    },
+    #[error("--batching-parameters-file: {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl TfsBatching {
+    /// TF Serving's defaults, as `--enable_batching` without a file gives them.
+    pub fn defaults() -> Self {
+        Self::from_parameters(BatchingParameters::default()).unwrap_or(Self {
+            settings: BatchSettings::default(),
+            instances: None,
+            ignored: Vec::new(),
+        })
+    }
+
+    /// Reads and maps `path`.
+    pub fn read(path: &Path) -> Result<Self, TfsBatchingError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TfsBatchingError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let parameters =
+            textproto::parse::<BatchingParameters>("tensorflow.serving.BatchingParameters", &text)
+                .map_err(|source| TfsBatchingError::Parse {
+                    path: path.to_path_buf(),
+                    source,
+                })?;
+        Self::from_parameters(parameters).map_err(|message| TfsBatchingError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// The mapping of the table above.
+    fn from_parameters(p: BatchingParameters) -> Result<Self, String> {
+        let positive = |field: &str, value: i64| {
+            usize::try_from(value)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("{field} must be positive, not {value}"))
+        };
+        let max_batch_size = positive(
+            "max_batch_size",
+            p.max_batch_size.unwrap_or(DEFAULT_MAX_BATCH_SIZE),
+        )?;
+        let batch_timeout_micros = u64::try_from(p.batch_timeout_micros.unwrap_or(0))
+            .map_err(|_| "batch_timeout_micros must not be negative".to_owned())?;
+        let enqueued = positive(
+            "max_enqueued_batches",
+            p.max_enqueued_batches
+                .unwrap_or(DEFAULT_MAX_ENQUEUED_BATCHES),
+        )?;
+        let max_queue_size = enqueued
+            .checked_mul(max_batch_size)
+            .unwrap_or(MAX_QUEUE_SIZE)
+            .min(MAX_QUEUE_SIZE);
+        let instances = p
+            .num_batch_threads
+            .map(|n| positive("num_batch_threads", n))
+            .transpose()?
+            .map(|n| n.min(MAX_INSTANCES));
+        let allowed = p
+            .allowed_batch_sizes
+            .iter()
+            .map(|&size| positive("allowed_batch_sizes", size))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !allowed.windows(2).all(|w| w[0] < w[1]) {
+            return Err("allowed_batch_sizes must increase".into());
+        }
+        if allowed.last().is_some_and(|&last| last != max_batch_size) {
+            return Err(format!(
+                "the last of allowed_batch_sizes must equal max_batch_size ({max_batch_size}), \
+                 as TF Serving requires"
+            ));
+        }
+        let mut ignored = Vec::new();
+        if p.thread_pool_name.as_deref().is_some_and(|n| !n.is_empty()) {
+            ignored.push("thread_pool_name");
+        }
+        if p.pad_variable_length_inputs {
+            ignored.push("pad_variable_length_inputs");
+        }
+        if p.enable_large_batch_splitting.is_some() {
+            ignored.push("enable_large_batch_splitting");
+        }
+        if p.max_execution_batch_size.is_some() {
+            ignored.push("max_execution_batch_size");
+        }
+        let settings = BatchSettings {
+            max_batch_size,
+            max_queue_delay_us: batch_timeout_micros,
+            preferred_batch_sizes: allowed,
+            max_queue_size,
+        };
+        settings.validate().map_err(|err| err.to_string())?;
+        Ok(Self {
+            settings,
+            instances,
+            ignored,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<TfsBatching, String> {
+        let p =
+            textproto::parse::<BatchingParameters>("tensorflow.serving.BatchingParameters", text)
+                .map_err(|e| e.to_string())?;
+        TfsBatching::from_parameters(p)
+    }
+
+    #[test]
+    fn fields_map_onto_the_batching_settings() -> Result<(), String> {
+        let mapped = parse(
+            "max_batch_size { value: 8 }\nbatch_timeout_micros { value: 500 }\n\
+             max_enqueued_batches { value: 4 }\nnum_batch_threads { value: 2 }\n\
+             allowed_batch_sizes: 4\nallowed_batch_sizes: 8\npad_variable_length_inputs: true\n",
+        )?;
+        assert_eq!(
+            mapped.settings,
+            BatchSettings {
+                max_batch_size: 8,
+                max_queue_delay_us: 500,
+                preferred_batch_sizes: vec![4, 8],
+                max_queue_size: 32,
+            }
+        );
+        assert_eq!(mapped.instances, Some(2));
+        assert_eq!(mapped.ignored, vec!["pad_variable_length_inputs"]);
+        Ok(())
+    }
+
+    #[test]
+    fn an_empty_file_gives_tf_servings_defaults() -> Result<(), String> {
+        let mapped = parse("")?;
+        assert_eq!(mapped.settings.max_batch_size, 1000);
+        assert_eq!(mapped.settings.max_queue_size, 10_000);
+        assert_eq!(mapped.instances, None);
+        assert_eq!(TfsBatching::defaults(), mapped);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_files_say_what_is_wrong() {
+        for (text, needle) in [
+            (
+                "max_batch_size { value: 0 }",
+                "max_batch_size must be positive",
+            ),
+            ("batch_timeout_micros { value: -1 }", "must not be negative"),
+            (
+                "max_batch_size { value: 8 } allowed_batch_sizes: 4",
+                "must equal max_batch_size",
+            ),
+            (
+                "max_batch_size { value: 8 } allowed_batch_sizes: 8 allowed_batch_sizes: 4",
+                "must increase",
+            ),
+            ("max_batch_sise { value: 8 }", "max_batch_sise"),
+        ] {
+            let err = parse(text).err().unwrap_or_default();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! TF Serving's model list (`ModelServerConfig`'s `model_config_list`) in the repository's
+//! terms: read from `--model-config-file` at start-up and on its poll, and sent at run time
+//! through the `HandleReloadConfigRequest` RPC. Both go through [`served_models`], so the file
+//! and the RPC accept exactly the same lists, with the same confinement of `base_path`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::error::Error;
+use crate::proto::tensorflow::serving::file_system_storage_path_source_config::servable_version_policy::PolicyChoice;
+use crate::proto::tensorflow::serving::{
+    model_server_config, ModelConfig as TfsModelConfig, ModelConfigList, ModelServerConfig,
+};
+use crate::textproto;
+
+use super::{check_model_name, ConfineError, ServedModel, VersionPolicy};
+
+/// Platforms a list entry may name (TF Serving's own, and ONNX).
+const PLATFORMS: [&str; 3] = ["tensorflow", "onnx", "pytorch"];
+
+/// Why `--model-config-file` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelConfigFileError {
+    #[error("--model-config-file: cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--model-config-file: {path} is not a ModelServerConfig text proto: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: textproto::TextProtoError,
+    },
+    #[error("--model-config-file: {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The model list of a `models.config` file, checked to be a non-empty `model_config_list`.
+pub fn read_model_config_file(path: &Path) -> Result<ModelConfigList, ModelConfigFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ModelConfigFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let invalid = |message: &str| ModelConfigFileError::Invalid {
+        path: path.to_path_buf(),
+        message: message.to_owned(),
+    };
+    let config =
+        textproto::parse::<ModelServerConfig>("tensorflow.serving.ModelServerConfig", &text)
+            .map_err(|source| ModelConfigFileError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+    match config.config {
+        Some(model_server_config::Config::ModelConfigList(list)) if !list.config.is_empty() => {
+            Ok(list)
+        }
+        Some(model_server_config::Config::ModelConfigList(_)) => {
+            Err(invalid("model_config_list lists no model"))
+        }
+        Some(model_server_config::Config::CustomModelConfig(_)) => Err(invalid(
+            "custom_model_config is not supported; write a model_config_list",
+        )),
+        None => Err(invalid("the file has no model_config_list")),
+    }
+}
+
+/// Every entry of `list` as a [`ServedModel`]; `confined_path` resolves a `base_path` inside
+/// the model roots. Names must be plain and listed once.
+pub fn served_models(
+    list: ModelConfigList,
+    confined_path: impl Fn(&str, &str) -> Result<PathBuf, ConfineError>,
+) -> Result<Vec<ServedModel>, Error> {
+    let mut seen = HashSet::new();
+    list.config
+        .into_iter()
+        .map(|model| {
+            if !seen.insert(model.name.clone()) {
+                return Err(Error::invalid(format!(
+                    "model '{}' is listed more than once",
+                    model.name
+                )));
+            }
+            served_model(model, &confined_path)
+        })
+        .collect()
+}
+
+/// One entry of a model list in the repository's terms.
+fn served_model(
+    model: TfsModelConfig,
+    confined_path: impl Fn(&str, &str) -> Result<PathBuf, ConfineError>,
+) -> Result<ServedModel, Error> {
+    // First, since later messages repeat the name.
+    check_model_name(&model.name)?;
+    if !model.model_platform.is_empty() && !PLATFORMS.contains(&model.model_platform.as_str()) {
+        return Err(Error::invalid(format!(
+            "model '{}': model_platform '{}' is not served here (use one of {})",
+            model.name,
+            model.model_platform,
+            PLATFORMS.join(", ")
+        )));
+    }
+    let policy = match model.model_version_policy.and_then(|p| p.policy_choice) {
+        None => None,
+        Some(PolicyChoice::Latest(latest)) => {
+            Some(VersionPolicy::Latest(latest.num_versions.max(1) as usize))
+        }
+        Some(PolicyChoice::All(_)) => Some(VersionPolicy::All),
+        Some(PolicyChoice::Specific(specific)) => {
+            let versions = specific
+                .versions
+                .iter()
+                .map(|&v| u64::try_from(v).ok().filter(|&v| v > 0))
+                .collect::<Option<Vec<u64>>>()
+                .ok_or_else(|| {
+                    Error::invalid(format!("model '{}': versions must be positive", model.name))
+                })?;
+            Some(VersionPolicy::Specific(versions))
+        }
+    };
+    let labels = if model.version_labels.is_empty() {
+        None
+    } else {
+        let labels: BTreeMap<String, u64> = model
+            .version_labels
+            .into_iter()
+            .map(|(label, v)| u64::try_from(v).ok().filter(|&v| v > 0).map(|v| (label, v)))
+            .collect::<Option<_>>()
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "model '{}': labels must name positive versions",
+                    model.name
+                ))
+            })?;
+        Some(labels)
+    };
+    let path = confined_path(&model.name, &model.base_path)?;
+    Ok(ServedModel {
+        name: model.name,
+        path,
+        policy,
+        labels,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(text: &str) -> Result<ModelConfigList, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "tensorport-tfsconfig-{}-{}",
+            std::process::id(),
+            text.len()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let file = dir.join("models.config");
+        std::fs::write(&file, text).map_err(|e| e.to_string())?;
+        let read = read_model_config_file(&file).map_err(|e| e.to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        read
+    }
+
+    #[test]
+    fn a_models_config_becomes_served_models() -> Result<(), String> {
+        let parsed = list(
+            r#"model_config_list {
+                 config {
+                   name: "ranker"
+                   base_path: "ranker"
+                   model_platform: "onnx"
+                   model_version_policy { specific { versions: 1 versions: 2 } }
+                   version_labels { key: "stable" value: 1 }
+                 }
+                 config { name: "other" base_path: "/elsewhere" }
+               }"#,
+        )?;
+        let served = served_models(parsed, |name, base| match base {
+            "/elsewhere" => Err(ConfineError::OutsideRoots(name.to_owned())),
+            base => Ok(PathBuf::from("/models").join(base)),
+        });
+        let err = served.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("model 'other'"), "{err}");
+
+        let parsed = list(
+            r#"model_config_list { config { name: "ranker" base_path: "ranker"
+                 model_version_policy { specific { versions: 1 versions: 2 } }
+                 version_labels { key: "stable" value: 1 } } }"#,
+        )?;
+        let served = served_models(parsed, |_, base| Ok(PathBuf::from("/models").join(base)))
+            .map_err(|e| e.to_string())?;
+        assert_eq!(
+            served,
+            vec![ServedModel {
+                name: "ranker".into(),
+                path: PathBuf::from("/models/ranker"),
+                policy: Some(VersionPolicy::Specific(vec![1, 2])),
+                labels: Some(BTreeMap::from([("stable".to_owned(), 1)])),
+            }]
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn bad_files_are_refused_with_a_reason() {
+        for (text, needle) in [
+            ("", "no model_config_list"),
+            ("model_config_list {}", "lists no model"),
+            ("model_config_list { config { nmae: \"x\" } }", "nmae"),
+        ] {
+            let err = list(text).err().unwrap_or_default();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+        let twice = list("model_config_list { config { name: \"a\" } config { name: \"a\" } }")
+            .map_err(|e| e.to_string())
+            .and_then(|l| {
+                served_models(l, |_, _| Ok(PathBuf::from("/m"))).map_err(|e| e.to_string())
+            });
+        assert!(twice
+            .err()
+            .unwrap_or_default()
+            .contains("listed more than once"));
+    }
+}
