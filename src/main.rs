@@ -292,7 +292,9 @@ fn give_each_tensorflow_model_its_own_threads() {
 /// TensorFlow writes INFO lines of its own to stderr on every SavedModel load, bypassing our
 /// log format (they would break `--log-format json` for log shippers); the server logs each
 /// load itself. Warnings and errors still come through, and an operator's own
-/// TF_CPP_MIN_LOG_LEVEL wins.
+/// TF_CPP_MIN_LOG_LEVEL wins. This only helps when TensorFlow has logged nothing yet: its
+/// library can log while it starts, before `main`, and then keeps the level it read, so the
+/// README and the container image set the variable before the process starts.
 #[cfg(feature = "tensorflow")]
 fn keep_tensorflow_info_logs_out() {
     set_default_env("TF_CPP_MIN_LOG_LEVEL", "1");
