@@ -12,7 +12,10 @@
 //!    other client shares.
 //! 4. **Concurrency limit with load shedding** ([`shed`]): server-wide, across both ports.
 //!    Over the limit is an immediate refusal, never a wait: a wait here would be invisible to
-//!    deadlines and to the model queues' own bound, and would only add latency.
+//!    deadlines and to the model queues' own bound, and would only add latency. The same
+//!    admission charges the request's decoded size to the request memory budget
+//!    ([`memory`], `--max-inflight-request-bytes`), estimated by [`crate::transport`] from
+//!    the body before anything decodes it, and refuses at once what would not fit.
 //! 5. **Deadline** ([`deadline`]): the client's (`grpc-timeout`, or the
 //!    `x-request-timeout-ms` header over HTTP) or the server's default. Innermost, so that only
 //!    admitted requests pay for a timer. The deadline also travels with the request (its
@@ -43,6 +46,7 @@ mod access_log;
 mod bypass;
 mod deadline;
 mod drain;
+mod memory;
 mod observe;
 mod rate;
 mod refusal;
@@ -51,6 +55,7 @@ mod shed;
 mod tests;
 
 pub use access_log::{AccessEntry, AccessLogFormat};
+pub use memory::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES;
 pub use rate::{ApiKeys, ApiKeysError, ClientKey, RateSettings};
 pub use refusal::{Outcome, Refusal, Transport};
 
@@ -77,6 +82,8 @@ pub struct OverloadSettings {
     pub rate_limit: Option<RateSettings>,
     /// Requests in flight across both ports; 0: no limit.
     pub max_concurrent_requests: usize,
+    /// Memory decoded requests may take across both ports, in bytes; 0: no limit.
+    pub max_inflight_request_bytes: u64,
     /// Deadline for requests whose client set none.
     pub request_timeout: Option<Duration>,
     /// One line per request on stdout (`--access-log`).
@@ -94,7 +101,11 @@ pub struct Overload {
 impl Overload {
     pub fn new(settings: &OverloadSettings, metrics: Arc<Metrics>) -> Self {
         Self {
-            limit: Limit::new(settings.max_concurrent_requests, metrics.in_flight()),
+            limit: Limit::new(
+                settings.max_concurrent_requests,
+                metrics.in_flight(),
+                memory::MemoryBudget::new(settings.max_inflight_request_bytes),
+            ),
             rate: settings.rate_limit.as_ref().and_then(rate::config),
             observer: Arc::new(Observer {
                 metrics,

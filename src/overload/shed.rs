@@ -1,6 +1,9 @@
 //! The server-wide limit on requests in flight, with load shedding: a request over the limit
 //! is answered at once (429 / RESOURCE_EXHAUSTED), never queued. Queueing here would only move
 //! the wait in front of the model's own bounded queue, where deadlines cannot see it.
+//!
+//! Admission also charges the request's decoded footprint to the request memory budget
+//! ([`super::memory`]), under the same rule: refused at once when it does not fit.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -14,7 +17,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower::Service;
 
+use super::memory::{MemoryBudget, MemoryCharge};
 use super::refusal::{Refusal, Transport};
+use crate::request::DecodedFootprint;
 
 /// The limit one server shares between its transports, so that HTTP and gRPC together stay
 /// under it.
@@ -24,19 +29,23 @@ pub struct Limit {
     permits: Option<Arc<Semaphore>>,
     max: usize,
     in_flight: Gauge,
+    memory: MemoryBudget,
 }
 
 impl Limit {
     /// `max == 0` turns the limit off.
-    pub fn new(max: usize, in_flight: Gauge) -> Self {
+    pub fn new(max: usize, in_flight: Gauge, memory: MemoryBudget) -> Self {
         Self {
             permits: (max > 0).then(|| Arc::new(Semaphore::new(max))),
             max,
             in_flight,
+            memory,
         }
     }
 
-    fn admit(&self) -> Result<InFlight, Refusal> {
+    fn admit(&self, footprint: Option<DecodedFootprint>) -> Result<InFlight, Refusal> {
+        // Memory first: a refusal for memory then never holds a concurrency slot.
+        let memory = self.memory.charge(footprint)?;
         let permit = match &self.permits {
             None => None,
             Some(permits) => Some(
@@ -49,14 +58,16 @@ impl Limit {
         self.in_flight.inc();
         Ok(InFlight {
             _permit: permit,
+            _memory: memory,
             gauge: self.in_flight.clone(),
         })
     }
 }
 
-/// Held while a request runs: its permit, and its place in the gauge.
+/// Held while a request runs: its permit, its memory, and its place in the gauge.
 pub struct InFlight {
     _permit: Option<OwnedSemaphorePermit>,
+    _memory: MemoryCharge,
     gauge: Gauge,
 }
 
@@ -106,7 +117,8 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        match self.limit.admit() {
+        let footprint = request.extensions().get::<DecodedFootprint>().copied();
+        match self.limit.admit(footprint) {
             Ok(guard) => ShedFuture::Admitted {
                 future: self.inner.call(request),
                 guard,
