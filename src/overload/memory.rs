@@ -16,9 +16,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::refusal::Refusal;
 use crate::request::DecodedFootprint;
 
-/// The default budget: 4 GiB, room for dozens of maximal dense requests at once while a
-/// few string or JSON bombs cannot take the host's memory.
-pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 4 << 30;
+/// The default budget: 2 GiB. Room for 16 requests of the largest default body
+/// (`--max-request-bytes`, 64 MiB, charged twice) at once, and for any ordinary mix; a single
+/// request that would expand past it (13 million strings, say) is refused outright.
+pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 2 << 30;
 
 /// The budget is counted in KiB, so that it fits a semaphore's permits.
 const UNIT: u64 = 1024;

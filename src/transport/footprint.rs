@@ -8,10 +8,15 @@
 //! `Bytes` handle in a vector, so 38 MB of empty strings is 20 million handles. Both scans are
 //! linear, allocate nothing and never fail: bytes that do not parse are charged as bytes.
 
-/// Charged per JSON value, per protobuf string or bytes element, and per packed scalar beyond
-/// its wire size: a `Bytes` handle or a JSON tree node is 32 bytes, and a vector that grows by
-/// doubling may hold twice what it uses.
-pub const ELEMENT_BYTES: u64 = 64;
+/// Charged per string element (a protobuf `bytes` or `string` field, a JSON string): its
+/// handle when decoded (32 bytes, twice that in a vector grown by doubling), the runtime's own
+/// string when the model runs, and the output's when it echoes them back. Measured: 20 M
+/// empty strings sent to an echo model cost about 140 bytes each (docs/BENCHMARKS.md).
+pub const STRING_BYTES: u64 = 160;
+
+/// Charged per JSON value other than a string: a tree node (32 bytes), twice that in a
+/// vector grown by doubling. Measured: about 55 bytes per value for a 60 MB body of numbers.
+pub const VALUE_BYTES: u64 = 64;
 
 /// Charged per embedded protobuf message (an input tensor, a map entry, a shape dimension):
 /// the decoded struct, its vectors' headers and its map node.
@@ -32,7 +37,10 @@ pub fn http(headers: &http::HeaderMap, body: &[u8]) -> u64 {
         .and_then(|value| value.trim().parse::<usize>().ok())
         .map_or(body.len(), |len| len.min(body.len()));
     let json = body.get(..json_len).unwrap_or(body);
-    twice(body.len()).saturating_add(json_values(json).saturating_mul(ELEMENT_BYTES))
+    let values = json_values(json);
+    twice(body.len())
+        .saturating_add(values.strings.saturating_mul(STRING_BYTES))
+        .saturating_add(values.others.saturating_mul(VALUE_BYTES))
 }
 
 /// The body itself and one decoded copy of it.
@@ -40,10 +48,17 @@ fn twice(len: usize) -> u64 {
     u64::try_from(len).unwrap_or(u64::MAX).saturating_mul(2)
 }
 
-/// An upper bound of the number of values in a JSON text: one per `,`, `[` and `{` outside
-/// strings, plus one.
-pub fn json_values(json: &[u8]) -> u64 {
+/// Upper bounds of the values in a JSON text: strings (object keys included), and the others,
+/// one per `,`, `[` and `{` outside strings, plus one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JsonValues {
+    pub strings: u64,
+    pub others: u64,
+}
+
+pub fn json_values(json: &[u8]) -> JsonValues {
     let mut count: u64 = 1;
+    let mut strings: u64 = 0;
     let mut in_string = false;
     let mut escaped = false;
     for &byte in json {
@@ -56,13 +71,19 @@ pub fn json_values(json: &[u8]) -> u64 {
             }
         } else {
             match byte {
-                b'"' => in_string = true,
+                b'"' => {
+                    in_string = true;
+                    strings = strings.saturating_add(1);
+                }
                 b',' | b'[' | b'{' => count = count.saturating_add(1),
                 _ => {}
             }
         }
     }
-    count
+    JsonValues {
+        strings,
+        others: count,
+    }
 }
 
 /// What a length-delimited field of a known message holds.
@@ -195,12 +216,12 @@ fn length_delimited(payload: &[u8], schema: Schema, path: &mut Vec<u32>) -> u64 
                 .unwrap_or(u64::MAX)
                 .saturating_mul(width)
         }
-        Some(Field::Bytes) => ELEMENT_BYTES,
+        Some(Field::Bytes) => STRING_BYTES,
         None if path.len() <= MAX_UNKNOWN_DEPTH => match scan(payload, schema, path) {
             Some(inner) if !payload.is_empty() => MESSAGE_BYTES.saturating_add(inner),
-            _ => ELEMENT_BYTES,
+            _ => STRING_BYTES,
         },
-        None => ELEMENT_BYTES,
+        None => STRING_BYTES,
     }
 }
 
@@ -231,11 +252,16 @@ mod tests {
         body
     }
 
+    fn values(json: &[u8]) -> (u64, u64) {
+        let values = json_values(json);
+        (values.strings, values.others)
+    }
+
     #[test]
     fn json_values_are_counted_outside_strings_only() {
-        assert_eq!(json_values(br#"{"a": [1, 2, 3]}"#), 5);
-        assert_eq!(json_values(br#"["a,b", "c\",[{"]"#), 3);
-        assert_eq!(json_values(b""), 1);
+        assert_eq!(values(br#"{"a": [1, 2, 3]}"#), (1, 5));
+        assert_eq!(values(br#"["a,b", "c\",[{"]"#), (2, 3));
+        assert_eq!(values(b""), (0, 1));
     }
 
     #[test]
@@ -244,8 +270,8 @@ mod tests {
         headers.insert(JSON_HEADER_LENGTH, http::HeaderValue::from_static("2"));
         // The binary part is all commas: counted as bytes, not as values.
         let body = b"{},,,,,,,,";
-        assert_eq!(http(&headers, body), 20 + 2 * ELEMENT_BYTES);
-        assert_eq!(http(&http::HeaderMap::new(), body), 20 + 10 * ELEMENT_BYTES);
+        assert_eq!(http(&headers, body), 20 + 2 * VALUE_BYTES);
+        assert_eq!(http(&http::HeaderMap::new(), body), 20 + 10 * STRING_BYTES);
     }
 
     #[test]
@@ -266,9 +292,9 @@ mod tests {
         };
         let body = framed(&request.encode_to_vec());
         let charged = grpc("/inference.GRPCInferenceService/ModelInfer", &body);
-        assert!(charged >= 10_000 * ELEMENT_BYTES, "{charged}");
+        assert!(charged >= 10_000 * STRING_BYTES, "{charged}");
         // Without the schema the strings are still found.
-        assert!(grpc("/inference.GRPCInferenceService/Other", &body) >= 10_000 * ELEMENT_BYTES);
+        assert!(grpc("/inference.GRPCInferenceService/Other", &body) >= 10_000 * STRING_BYTES);
     }
 
     #[test]
