@@ -271,7 +271,7 @@ mod tests {
         // The binary part is all commas: counted as bytes, not as values.
         let body = b"{},,,,,,,,";
         assert_eq!(http(&headers, body), 20 + 2 * VALUE_BYTES);
-        assert_eq!(http(&http::HeaderMap::new(), body), 20 + 10 * STRING_BYTES);
+        assert_eq!(http(&http::HeaderMap::new(), body), 20 + 10 * VALUE_BYTES);
     }
 
     #[test]
