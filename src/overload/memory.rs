@@ -63,7 +63,8 @@ impl MemoryBudget {
     }
 
     /// Bytes not charged to any request now (the whole budget when there is none).
-    pub fn left(&self) -> u64 {
+    #[cfg(test)]
+    fn left(&self) -> u64 {
         self.units.as_ref().map_or(u64::MAX, |units| {
             (units.available_permits() as u64).saturating_mul(UNIT)
         })
