@@ -21,9 +21,13 @@ use prost::Message;
 use tensorport::batcher::BatchSettings;
 use tensorport::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensorport::proto::inference::ModelInferRequest;
+use tensorport::proto::tensorflow::serving::prediction_log::LogType;
 use tensorport::proto::tensorflow::serving::prediction_service_client::PredictionServiceClient;
 use tensorport::proto::tensorflow::serving::PredictRequest;
+use tensorport::proto::tensorflow::serving::PredictionLog;
+use tensorport::repository::tfrecord;
 use tensorport::repository::ModelConfig;
+use tensorport::tensor::{tensor_proto, DecodeLimits};
 use tensorport::ServerOptions;
 
 /// xorshift64*: deterministic, so that a seed reproduces a run.
@@ -312,4 +316,48 @@ async fn model_configuration_files() {
         .await;
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One TFRecord record around `data`, with valid checksums, so that mutations of a record's
+/// contents get past the framing to the decoders behind it.
+fn framed(data: &[u8]) -> Vec<u8> {
+    let length = (data.len() as u64).to_le_bytes();
+    let mut out = length.to_vec();
+    out.extend_from_slice(&tfrecord::masked_crc(&length).to_le_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(&tfrecord::masked_crc(data).to_le_bytes());
+    out
+}
+
+/// The warmup file's decoding, as replay does it before running anything: the records, each
+/// a `PredictionLog`, each input a `TensorProto`.
+fn decode_warmup(file: &[u8]) {
+    let Ok(records) = tfrecord::records(file) else {
+        return;
+    };
+    for record in records {
+        let Ok(log) = PredictionLog::decode(record) else {
+            continue;
+        };
+        if let Some(LogType::PredictLog(predict)) = log.log_type {
+            for proto in predict
+                .request
+                .into_iter()
+                .flat_map(|r| r.inputs.into_values())
+            {
+                let _ = tensor_proto::decode(proto, &DecodeLimits::default());
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn tfrecord_warmup_file() {
+    // Each input is tried as a whole file (the framing) and as one record's contents.
+    fuzz("tfrecord_warmup", |bytes| async move {
+        decode_warmup(&bytes);
+        decode_warmup(&framed(&bytes));
+        Ok(())
+    })
+    .await;
 }

@@ -11,7 +11,7 @@ mod declared;
 mod lifecycle;
 mod model_config;
 mod scan;
-mod tfrecord;
+pub mod tfrecord;
 mod triton_config;
 mod warmup;
 mod warmup_log;
