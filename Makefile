@@ -201,3 +201,10 @@ tf-fixtures:
 clean:
 	cargo clean
 	rm -rf $(VENV) .cache
+
+# Mutation fuzzing of every decoder that takes client bytes, FUZZ_SECS seconds per target
+# (see docs/RELIABILITY.md).
+FUZZ_SECS ?= 600
+fuzz:
+	TENSORPORT_FUZZ_SECS=$(FUZZ_SECS) cargo test --test fuzz_decoders -- --nocapture --test-threads 1
+.PHONY: fuzz

@@ -181,6 +181,14 @@ pub struct ServeArgs {
     )]
     pub max_concurrent_requests: usize,
 
+    /// Bytes the requests in flight may take once decoded, across both ports (0: no limit).
+    /// Each request's decoded size is estimated from its body before it is decoded (strings
+    /// and JSON values are charged per element as well as per byte); one that would go over
+    /// what is left is refused at once with 429 / RESOURCE_EXHAUSTED.
+    #[arg(long, env = "TENSORPORT_MAX_INFLIGHT_REQUEST_BYTES", value_name = "BYTES",
+          default_value_t = crate::overload::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES)]
+    pub max_inflight_request_bytes: u64,
+
     /// Deadline in milliseconds for requests that set none (grpc-timeout, the
     /// x-request-timeout-ms header, or KServe's timeout parameter); 0: none.
     #[arg(long, env = "TENSORPORT_REQUEST_TIMEOUT_MS", default_value_t = 0)]
@@ -430,6 +438,7 @@ impl ServeArgs {
             overload: OverloadSettings {
                 rate_limit,
                 max_concurrent_requests: self.max_concurrent_requests,
+                max_inflight_request_bytes: self.max_inflight_request_bytes,
                 request_timeout: (self.request_timeout_ms > 0)
                     .then(|| Duration::from_millis(self.request_timeout_ms)),
                 access_log: self.access_log,

@@ -46,14 +46,17 @@ pub enum RefusalReason {
     QueueFull,
     /// The deadline passed before the request could run.
     Deadline,
+    /// The request memory budget had too little left for the decoded request.
+    Memory,
 }
 
 impl RefusalReason {
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::RateLimit,
         Self::Concurrency,
         Self::QueueFull,
         Self::Deadline,
+        Self::Memory,
     ];
 
     pub fn label(self) -> &'static str {
@@ -62,6 +65,7 @@ impl RefusalReason {
             Self::Concurrency => "concurrency",
             Self::QueueFull => "queue_full",
             Self::Deadline => "deadline",
+            Self::Memory => "memory",
         }
     }
 }

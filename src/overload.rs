@@ -12,7 +12,10 @@
 //!    other client shares.
 //! 4. **Concurrency limit with load shedding** ([`shed`]): server-wide, across both ports.
 //!    Over the limit is an immediate refusal, never a wait: a wait here would be invisible to
-//!    deadlines and to the model queues' own bound, and would only add latency.
+//!    deadlines and to the model queues' own bound, and would only add latency. The same
+//!    admission charges the request's decoded size to the request memory budget
+//!    ([`memory`], `--max-inflight-request-bytes`), estimated by [`crate::transport`] from
+//!    the body before anything decodes it, and refuses at once what would not fit.
 //! 5. **Deadline** ([`deadline`]): the client's (`grpc-timeout`, or the
 //!    `x-request-timeout-ms` header over HTTP) or the server's default. Innermost, so that only
 //!    admitted requests pay for a timer. The deadline also travels with the request (its
@@ -33,16 +36,23 @@
 //! requests (KServe parameter `priority: 1`) may use a reserve past that bound and run first
 //! (see [`crate::batcher::BatchPolicy::admits`]).
 //!
-//! Every refusal for overload (rate limit, concurrency, full queue, deadline) is
+//! Each layer is its own [`Layer`] (`ObserveLayer`, `BypassLayer`, the governor's, `ShedLayer`,
+//! `DeadlineLayer`), composed once below with a [`ServiceBuilder`]. A layer that refuses
+//! returns a typed [`Refusal`] through the one answer future ([`answer`]), which renders it
+//! through the error table in one place ([`Transport::refusal`]).
+//!
+//! Every refusal for overload (rate limit, concurrency, memory, full queue, deadline) is
 //! RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED) over gRPC and 429 with `Retry-After` (or 504) over
 //! HTTP, decided without waiting, and counted in `tensorport_refusals_total{reason}`.
 //!
 //! [`RequestContext`]: crate::request::RequestContext
 
 mod access_log;
+mod answer;
 mod bypass;
 mod deadline;
 mod drain;
+mod memory;
 mod observe;
 mod rate;
 mod refusal;
@@ -51,6 +61,7 @@ mod shed;
 mod tests;
 
 pub use access_log::{AccessEntry, AccessLogFormat};
+pub use memory::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES;
 pub use rate::{ApiKeys, ApiKeysError, ClientKey, RateSettings};
 pub use refusal::{Outcome, Refusal, Transport};
 
@@ -59,16 +70,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use governor::middleware::NoOpMiddleware;
-use tower::Layer;
+use tower::{Layer, ServiceBuilder};
 use tower_governor::governor::Governor;
 
 use crate::metrics::Metrics;
 use crate::request::RequestIds;
-use bypass::{Bypass, Optional};
-use deadline::Deadline;
-use observe::{Observe, Observer};
+use bypass::{Bypass, BypassLayer, Optional};
+use deadline::{Deadline, DeadlineLayer};
+use observe::{Observe, ObserveLayer, Observer};
 use rate::ClientKeys;
-use shed::{Limit, Shed};
+use shed::{Limit, Shed, ShedLayer};
 
 /// The overload settings, as the command line gives them.
 #[derive(Debug, Clone, Default)]
@@ -77,6 +88,8 @@ pub struct OverloadSettings {
     pub rate_limit: Option<RateSettings>,
     /// Requests in flight across both ports; 0: no limit.
     pub max_concurrent_requests: usize,
+    /// Memory decoded requests may take across both ports, in bytes; 0: no limit.
+    pub max_inflight_request_bytes: u64,
     /// Deadline for requests whose client set none.
     pub request_timeout: Option<Duration>,
     /// One line per request on stdout (`--access-log`).
@@ -94,7 +107,11 @@ pub struct Overload {
 impl Overload {
     pub fn new(settings: &OverloadSettings, metrics: Arc<Metrics>) -> Self {
         Self {
-            limit: Limit::new(settings.max_concurrent_requests, metrics.in_flight()),
+            limit: Limit::new(
+                settings.max_concurrent_requests,
+                metrics.in_flight(),
+                memory::MemoryBudget::new(settings.max_inflight_request_bytes),
+            ),
             rate: settings.rate_limit.as_ref().and_then(rate::config),
             observer: Arc::new(Observer {
                 metrics,
@@ -158,17 +175,42 @@ type Admitted<S, B> = Shed<Deadline<S, B>, B>;
 pub type Protected<S, B> =
     Optional<Governor<ClientKeys, NoOpMiddleware, Admitted<S, B>, B>, Admitted<S, B>>;
 
+/// Layers 3 to 5 as one layer: the rate limit (when configured), then admission, then the
+/// deadline.
+struct Protection<B> {
+    limit: Limit,
+    rate: Option<rate::Config>,
+    _body: PhantomData<fn() -> B>,
+}
+
+impl<S, B: Transport + 'static> Layer<S> for Protection<B> {
+    type Service = Protected<S, B>;
+
+    fn layer(&self, routes: S) -> Self::Service {
+        let admitted = ServiceBuilder::new()
+            .layer(ShedLayer::new(self.limit.clone()))
+            .layer(DeadlineLayer::default())
+            .service(routes);
+        match &self.rate {
+            Some(config) => Optional::On(rate::layer::<B>(config).layer(admitted)),
+            None => Optional::Off(admitted),
+        }
+    }
+}
+
 impl<S: Clone, B: Transport + 'static> Layer<S> for OverloadLayer<B> {
     // Requests reach the routes with their body wrapped (see `drain`), in the same type.
     type Service = Observe<Bypass<S, Protected<S, B>>, B>;
 
     fn layer(&self, routes: S) -> Self::Service {
-        // Built from the inside out, since each layer wraps the one before: 5, 4, 3, 2, 1.
-        let admitted = Shed::new(Deadline::new(routes.clone()), self.limit.clone());
-        let protected = match &self.rate {
-            Some(config) => Optional::On(rate::layer::<B>(config).layer(admitted)),
-            None => Optional::Off(admitted),
-        };
-        Observe::new(Bypass::new(routes, protected), self.observer.clone())
+        // Read top to bottom as the module documentation lists them: 1, 2, then 3 to 5.
+        ServiceBuilder::new()
+            .layer(ObserveLayer::new(self.observer.clone()))
+            .layer(BypassLayer::new(Protection::<B> {
+                limit: self.limit.clone(),
+                rate: self.rate.clone(),
+                _body: PhantomData,
+            }))
+            .service(routes)
     }
 }

@@ -254,6 +254,12 @@ impl RequestContext {
     }
 }
 
+/// The memory a request's body will take once decoded, estimated by the transport from the
+/// body's bytes before any decoder runs (see `transport::footprint`), and charged against the
+/// request memory budget by [`crate::overload`]. Absent for bodies passed on as they arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodedFootprint(pub u64);
+
 #[cfg(test)]
 mod tests {
     use super::*;

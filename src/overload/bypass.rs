@@ -4,9 +4,30 @@ use std::task::{Context, Poll};
 
 use axum::http::Request;
 use futures::future::Either;
-use tower::Service;
+use tower::{Layer, Service};
 
 use crate::request::is_probe;
+
+/// Layer 2 of the stack: routes probes around `protection` (layers 3 to 5), everything else
+/// through it.
+#[derive(Clone)]
+pub struct BypassLayer<L> {
+    protection: L,
+}
+
+impl<L> BypassLayer<L> {
+    pub fn new(protection: L) -> Self {
+        Self { protection }
+    }
+}
+
+impl<S: Clone, L: Layer<S>> Layer<S> for BypassLayer<L> {
+    type Service = Bypass<S, L::Service>;
+
+    fn layer(&self, routes: S) -> Self::Service {
+        Bypass::new(routes.clone(), self.protection.layer(routes))
+    }
+}
 
 #[derive(Clone)]
 pub struct Bypass<S, P> {

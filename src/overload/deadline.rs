@@ -13,10 +13,39 @@ use std::task::{Context, Poll};
 use axum::http::{Request, Response};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
-use tower::Service;
+use tower::{Layer, Service};
 
+use super::answer::Answer;
 use super::refusal::{Refusal, Transport};
 use crate::request::RequestContext;
+
+/// Layer 5 of the stack: holds each admitted request to its deadline.
+pub struct DeadlineLayer<B> {
+    _body: PhantomData<fn() -> B>,
+}
+
+impl<B> Default for DeadlineLayer<B> {
+    fn default() -> Self {
+        Self { _body: PhantomData }
+    }
+}
+
+impl<B> Clone for DeadlineLayer<B> {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl<S, B> Layer<S> for DeadlineLayer<B> {
+    type Service = Deadline<S, B>;
+
+    fn layer(&self, inner: S) -> Deadline<S, B> {
+        Deadline {
+            inner,
+            _body: PhantomData,
+        }
+    }
+}
 
 pub struct Deadline<S, B> {
     inner: S,
@@ -32,15 +61,6 @@ impl<S: Clone, B> Clone for Deadline<S, B> {
     }
 }
 
-impl<S, B> Deadline<S, B> {
-    pub fn new(inner: S) -> Self {
-        Self {
-            inner,
-            _body: PhantomData,
-        }
-    }
-}
-
 impl<S, ReqBody, B> Service<Request<ReqBody>> for Deadline<S, B>
 where
     S: Service<Request<ReqBody>, Response = Response<B>>,
@@ -48,7 +68,7 @@ where
 {
     type Response = Response<B>;
     type Error = S::Error;
-    type Future = DeadlineFuture<S::Future, B>;
+    type Future = Answer<Timed<S::Future>, ()>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -60,52 +80,46 @@ where
             .get::<Arc<RequestContext>>()
             .and_then(|context| context.deadline());
         if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
-            return DeadlineFuture::Expired {
-                response: Some(B::refusal(&Refusal::DeadlineExceeded)),
-            };
+            return Answer::refused(Refusal::DeadlineExceeded);
         }
-        DeadlineFuture::Running {
+        let future = Timed {
             future: self.inner.call(request),
             sleep: deadline.map(tokio::time::sleep_until),
-        }
+        };
+        Answer::admitted(future, ())
     }
 }
 
 pin_project! {
-    #[project = DeadlineProj]
-    pub enum DeadlineFuture<F, B> {
-        Running { #[pin] future: F, #[pin] sleep: Option<Sleep> },
-        Expired { response: Option<Response<B>> },
+    /// The inner answer, or [`Refusal::DeadlineExceeded`] once the deadline has passed.
+    pub struct Timed<F> {
+        #[pin]
+        future: F,
+        #[pin]
+        sleep: Option<Sleep>,
     }
 }
 
-impl<F, E, B> Future for DeadlineFuture<F, B>
+impl<F, B, E> Future for Timed<F>
 where
     F: Future<Output = Result<Response<B>, E>>,
-    B: Transport,
 {
-    type Output = Result<Response<B>, E>;
+    type Output = Result<Result<Response<B>, E>, Refusal>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project() {
-            DeadlineProj::Running { future, sleep } => {
-                // The answer first: one that is ready at the deadline is still delivered.
-                if let Poll::Ready(result) = future.poll(cx) {
-                    return Poll::Ready(result);
-                }
-                let expired = sleep
-                    .as_pin_mut()
-                    .is_some_and(|sleep| sleep.poll(cx).is_ready());
-                if expired {
-                    Poll::Ready(Ok(B::refusal(&Refusal::DeadlineExceeded)))
-                } else {
-                    Poll::Pending
-                }
-            }
-            DeadlineProj::Expired { response } => match response.take() {
-                Some(response) => Poll::Ready(Ok(response)),
-                None => Poll::Pending,
-            },
+        let this = self.project();
+        // The answer first: one that is ready at the deadline is still delivered.
+        if let Poll::Ready(answer) = this.future.poll(cx) {
+            return Poll::Ready(Ok(answer));
+        }
+        let expired = this
+            .sleep
+            .as_pin_mut()
+            .is_some_and(|sleep| sleep.poll(cx).is_ready());
+        if expired {
+            Poll::Ready(Err(Refusal::DeadlineExceeded))
+        } else {
+            Poll::Pending
         }
     }
 }

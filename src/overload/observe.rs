@@ -52,11 +52,34 @@ impl<S: Clone, B> Clone for Observe<S, B> {
     }
 }
 
-impl<S, B> Observe<S, B> {
-    pub fn new(inner: S, observer: Arc<Observer>) -> Self {
+/// Layer 1 of the stack: every answer counted, timed and logged once.
+pub struct ObserveLayer<B> {
+    observer: Arc<Observer>,
+    _body: PhantomData<fn() -> B>,
+}
+
+impl<B> ObserveLayer<B> {
+    pub fn new(observer: Arc<Observer>) -> Self {
         Self {
-            inner,
             observer,
+            _body: PhantomData,
+        }
+    }
+}
+
+impl<B> Clone for ObserveLayer<B> {
+    fn clone(&self) -> Self {
+        Self::new(self.observer.clone())
+    }
+}
+
+impl<S, B> tower::Layer<S> for ObserveLayer<B> {
+    type Service = Observe<S, B>;
+
+    fn layer(&self, inner: S) -> Observe<S, B> {
+        Observe {
+            inner,
+            observer: self.observer.clone(),
             _body: PhantomData,
         }
     }

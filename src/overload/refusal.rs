@@ -14,6 +14,11 @@ pub enum Refusal {
     RateLimited { retry_after_s: u64 },
     #[error("the server is at its limit of {limit} requests in flight; retry later")]
     Overloaded { limit: usize },
+    #[error(
+        "the request would take {needed} bytes once decoded, more than the {left} bytes left \
+         of the server's {total}-byte budget for requests in flight; retry later or send less"
+    )]
+    MemoryExhausted { needed: u64, left: u64, total: u64 },
     #[error("the request's deadline passed before it was answered")]
     DeadlineExceeded,
     #[error(transparent)]
@@ -23,7 +28,9 @@ pub enum Refusal {
 impl Refusal {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::RateLimited { .. } | Self::Overloaded { .. } => ErrorKind::ResourceExhausted,
+            Self::RateLimited { .. } | Self::Overloaded { .. } | Self::MemoryExhausted { .. } => {
+                ErrorKind::ResourceExhausted
+            }
             Self::DeadlineExceeded => ErrorKind::DeadlineExceeded,
             Self::BadDeadline(_) => ErrorKind::InvalidArgument,
         }
@@ -34,6 +41,7 @@ impl Refusal {
         match self {
             Self::RateLimited { .. } => Some(RefusalReason::RateLimit),
             Self::Overloaded { .. } => Some(RefusalReason::Concurrency),
+            Self::MemoryExhausted { .. } => Some(RefusalReason::Memory),
             Self::DeadlineExceeded => Some(RefusalReason::Deadline),
             Self::BadDeadline(_) => None,
         }
@@ -44,7 +52,7 @@ impl Refusal {
     fn retry_after_s(&self) -> Option<u64> {
         match self {
             Self::RateLimited { retry_after_s } => Some((*retry_after_s).max(1)),
-            Self::Overloaded { .. } => Some(1),
+            Self::Overloaded { .. } | Self::MemoryExhausted { .. } => Some(1),
             Self::DeadlineExceeded | Self::BadDeadline(_) => None,
         }
     }

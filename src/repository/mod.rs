@@ -12,7 +12,7 @@ mod lifecycle;
 mod model_config;
 mod scan;
 mod startup;
-mod tfrecord;
+pub mod tfrecord;
 mod tfs_batching;
 mod tfs_config;
 mod triton_config;

@@ -100,6 +100,8 @@ impl Received {
         }
         if buffered > limit {
             rest = Some(body);
+        } else {
+            frames = coalesce(frames, buffered);
         }
         Ok(Self {
             frames,
@@ -108,6 +110,40 @@ impl Received {
             _held: held,
         })
     }
+
+    /// The whole body in one piece, once it has been read to its end.
+    pub fn whole(&self) -> Option<&[u8]> {
+        if self.rest.is_some() {
+            return None;
+        }
+        let mut data = self.frames.iter().filter_map(Frame::data_ref);
+        match (data.next(), data.next()) {
+            (None, _) => Some(&[]),
+            (Some(only), None) => Some(only),
+            (Some(_), Some(_)) => None,
+        }
+    }
+}
+
+/// The data frames of a body read in full, joined into one (trailers kept after it), so that
+/// it can be scanned before it is decoded. The decoders would join them anyway (axum's body
+/// collection and tonic's message buffer both copy frames into one buffer, and both take a
+/// single frame as it is), so this moves the copy rather than adding one.
+fn coalesce(frames: VecDeque<Frame<Bytes>>, buffered: u64) -> VecDeque<Frame<Bytes>> {
+    let data_frames = frames.iter().filter(|frame| frame.is_data()).count();
+    if data_frames <= 1 {
+        return frames;
+    }
+    let mut joined = bytes::BytesMut::with_capacity(usize::try_from(buffered).unwrap_or(0));
+    let mut rest = VecDeque::new();
+    for frame in frames {
+        match frame.into_data() {
+            Ok(data) => joined.extend_from_slice(&data),
+            Err(other) => rest.push_back(other),
+        }
+    }
+    rest.push_front(Frame::data(joined.freeze()));
+    rest
 }
 
 impl Body for Received {

@@ -20,6 +20,8 @@ use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
 use tonic::transport::server::TcpConnectInfo;
 use tower::{Service, ServiceExt};
 
+use crate::request::DecodedFootprint;
+
 use super::activity::{Activity, Expired, Tracked, Watched};
 use super::body::{ReceiveBudget, Received};
 use super::wire::Wire;
@@ -239,6 +241,11 @@ impl<W: Wire, S: App<W>> hyper::service::Service<Request<Incoming>> for ConnServ
                     }
                 }
             };
+            let mut parts = parts;
+            if let Some(body) = received.whole() {
+                let footprint = W::footprint(&parts, body);
+                parts.extensions.insert(DecodedFootprint(footprint));
+            }
             let request = Request::from_parts(parts, W::request_body(received));
             let response = app.oneshot(request).await.map_err(Into::into)?;
             Ok(tracked(response))

@@ -14,6 +14,9 @@
 //!   request reaches the overload stack. A client that trickles its body therefore holds a
 //!   connection, which the cap bounds and the timeout ends, but never one of the
 //!   `--max-concurrent-requests` slots that the other clients need.
+//! - [`footprint`]: what a body read in full will take once decoded, estimated from its
+//!   bytes and put in the request's extensions for the request memory budget of
+//!   [`crate::overload`].
 //! - [`limits`]: the default connection cap, from the process's descriptor limit.
 //!
 //! The library still takes bound listeners and a stop signal: [`serve`] accepts until the
@@ -24,6 +27,7 @@ mod accept;
 mod activity;
 mod body;
 mod connection;
+pub mod footprint;
 pub mod limits;
 pub mod tls;
 mod wire;

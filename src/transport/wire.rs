@@ -22,6 +22,11 @@ pub trait Wire: Send + Sync + 'static {
 
     fn request_body(body: Received) -> Self::RequestBody;
 
+    /// The memory `body`, sent with `parts`, will take once decoded (see [`footprint`]).
+    ///
+    /// [`footprint`]: super::footprint
+    fn footprint(parts: &http::request::Parts, body: &[u8]) -> u64;
+
     /// Whether requests to `path` stream their body, which is then passed on as it arrives
     /// instead of being read in full first.
     fn streams(path: &str) -> bool;
@@ -77,6 +82,10 @@ impl Wire for Http {
         body
     }
 
+    fn footprint(parts: &http::request::Parts, body: &[u8]) -> u64 {
+        super::footprint::http(&parts.headers, body)
+    }
+
     fn streams(_path: &str) -> bool {
         false
     }
@@ -112,6 +121,10 @@ impl Wire for Grpc {
 
     fn request_body(body: Received) -> tonic::body::Body {
         tonic::body::Body::new(body)
+    }
+
+    fn footprint(parts: &http::request::Parts, body: &[u8]) -> u64 {
+        super::footprint::grpc(parts.uri.path(), body)
     }
 
     fn streams(path: &str) -> bool {
