@@ -1,6 +1,14 @@
 //! Parsing request bodies as JSON, with the non-finite number literals TF Serving accepts.
 
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
+
+/// A JSON object whose members are kept as unparsed text, so that large tensor data is decoded
+/// once, straight into its buffer, when the signature says what it should be.
+pub type RawObject<'a> = BTreeMap<String, &'a RawValue>;
 
 /// Parses `body`. Standard JSON takes the fast path; a body that fails only because it uses
 /// the bare literals `NaN`, `Infinity` or `-Infinity` (as TF Serving's clients may send) is
@@ -13,6 +21,33 @@ pub fn parse(body: &[u8]) -> Result<Value, serde_json::Error> {
             None => Err(err),
         },
     }
+}
+
+/// Parses `body` as `T`, which may borrow from it, with the same fallback for non-finite
+/// literals as [`parse`]: the quoted copy is kept in `rewritten`.
+pub fn parse_borrowed<'a, T: Deserialize<'a>>(
+    body: &'a [u8],
+    rewritten: &'a mut Vec<u8>,
+) -> Result<T, serde_json::Error> {
+    match serde_json::from_slice(body) {
+        Ok(value) => Ok(value),
+        Err(err) => match quote_non_finite(body) {
+            Some(copy) => {
+                *rewritten = copy;
+                let rewritten: &'a Vec<u8> = rewritten;
+                serde_json::from_slice(rewritten).map_err(|_| err)
+            }
+            None => Err(err),
+        },
+    }
+}
+
+/// A member of a raw object as a `Value`: for the small fields of an envelope, never for
+/// tensor data.
+pub fn member(object: &RawObject<'_>, key: &str) -> Option<Value> {
+    object
+        .get(key)
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
 }
 
 /// A copy of `body` with bare non-finite literals outside strings quoted, or `None` if it has
@@ -64,6 +99,15 @@ mod tests {
         assert_eq!(value["a"][0], "NaN");
         assert_eq!(value["a"][2], "-Infinity");
         assert_eq!(value["s"], "NaN \" Infinity");
+    }
+
+    #[test]
+    fn raw_objects_borrow_their_members() -> Result<(), serde_json::Error> {
+        let mut storage = Vec::new();
+        let object: RawObject = parse_borrowed(br#"{"a": [1, NaN], "b": "x"}"#, &mut storage)?;
+        assert_eq!(object.get("a").map(|raw| raw.get()), Some(r#"[1, "NaN"]"#));
+        assert_eq!(member(&object, "b"), Some(Value::from("x")));
+        Ok(())
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 pub mod health;
 pub mod json_body;
+pub mod json_decode;
 pub mod json_tensor;
+mod json_values;
 pub mod kserve;
 pub mod rest_util;
 pub mod route_table;

@@ -10,6 +10,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Extension;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::{
@@ -17,8 +18,9 @@ use super::{
     repository_index, scheduling_params, InferRequest, InferResponse, InputData, InputRequest,
     ModelMetadata, OutputRequest, Param, Params, ShmRef, EXTENSIONS,
 };
-use crate::api::json_body;
-use crate::api::json_tensor::{decode_flat, write_flat, write_json_str};
+use crate::api::json_body::{self, member, RawObject};
+use crate::api::json_decode::decode_flat;
+use crate::api::json_tensor::{write_flat, write_json_str};
 use crate::api::rest_util::{json_response, raw_json_response, RestError};
 use crate::api::route_table::Routes;
 use crate::error::Error;
@@ -302,7 +304,8 @@ async fn run_infer(
     body: Bytes,
 ) -> Reply {
     let (header, binary) = split_body(headers, body)?;
-    let request = parse_object(&header)?;
+    let mut rewritten = Vec::new();
+    let request = parse_raw_object(&header, &mut rewritten)?;
     let decoded = decode_request(&request, model, version, binary, s.limits())?;
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let response = infer(s, decoded, peer, context).await?;
@@ -338,6 +341,21 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Error> {
             "the request body is not valid JSON: {err}"
         ))),
     }
+}
+
+/// The request body as an object whose members are still text; tensor data is decoded from
+/// that text once the input's dtype and shape are known.
+fn parse_raw_object<'a>(
+    body: &'a [u8],
+    rewritten: &'a mut Vec<u8>,
+) -> Result<RawObject<'a>, Error> {
+    json_body::parse_borrowed(body, rewritten).map_err(|err| {
+        if err.is_data() {
+            Error::invalid("the request body must be a JSON object")
+        } else {
+            Error::invalid(format!("the request body is not valid JSON: {err}"))
+        }
+    })
 }
 
 fn params(value: Option<&Value>, what: &str) -> Result<Params, Error> {
@@ -390,21 +408,22 @@ fn string_field<'v>(
 }
 
 fn decode_request(
-    request: &Map<String, Value>,
+    request: &RawObject<'_>,
     model: String,
     version: String,
     binary: Bytes,
     limits: &DecodeLimits,
 ) -> Result<InferRequest, Error> {
-    let id = match request.get("id") {
+    let id = match member(request, "id") {
         None => String::new(),
-        Some(Value::String(id)) => id.clone(),
+        Some(Value::String(id)) => id,
         Some(_) => return Err(Error::invalid("\"id\" must be a string")),
     };
-    let request_params = params(request.get("parameters"), "request")?;
-    let Some(Value::Array(inputs)) = request.get("inputs") else {
-        return Err(Error::invalid("the request needs an \"inputs\" array"));
-    };
+    let request_params = params(member(request, "parameters").as_ref(), "request")?;
+    let inputs: Vec<&RawValue> = request
+        .get("inputs")
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
+        .ok_or_else(|| Error::invalid("the request needs an \"inputs\" array"))?;
     let mut cursor = 0usize;
     let inputs = inputs
         .iter()
@@ -419,7 +438,7 @@ fn decode_request(
     }
     let all_binary = param_bool(&request_params, "binary_data_output")?;
     let (priority, timeout) = scheduling_params(&request_params)?;
-    let outputs = match request.get("outputs") {
+    let outputs = match member(request, "outputs") {
         None => Vec::new(),
         Some(Value::Array(outputs)) => outputs
             .iter()
@@ -441,20 +460,24 @@ fn decode_request(
 
 fn decode_input(
     index: usize,
-    input: &Value,
+    input: &RawValue,
     binary: &Bytes,
     cursor: &mut usize,
     limits: &DecodeLimits,
 ) -> Result<InputRequest, Error> {
     let what = format!("input {index}");
-    let Value::Object(input) = input else {
-        return Err(Error::invalid(format!("{what} must be a JSON object")));
-    };
-    let name = string_field(input, "name", &what)?.to_owned();
+    let input: RawObject<'_> = serde_json::from_str(input.get())
+        .map_err(|_| Error::invalid(format!("{what} must be a JSON object")))?;
+    let envelope = input
+        .iter()
+        .filter(|(key, _)| key.as_str() != "data")
+        .filter_map(|(key, raw)| Some((key.clone(), serde_json::from_str(raw.get()).ok()?)))
+        .collect::<Map<String, Value>>();
+    let name = string_field(&envelope, "name", &what)?.to_owned();
     let what = format!("input '{name}'");
-    let dtype = codec::parse_datatype(string_field(input, "datatype", &what)?)
+    let dtype = codec::parse_datatype(string_field(&envelope, "datatype", &what)?)
         .map_err(|err| Error::from(err.in_input(&name)))?;
-    let dims: Vec<i64> = match input.get("shape") {
+    let dims: Vec<i64> = match envelope.get("shape") {
         Some(Value::Array(dims)) => dims
             .iter()
             .map(|d| {
@@ -469,7 +492,7 @@ fn decode_input(
         }
     };
     let shape = shape_from_dims(&dims).map_err(|err| Error::from(err.in_input(&name)))?;
-    let input_params = params(input.get("parameters"), &what)?;
+    let input_params = params(envelope.get("parameters"), &what)?;
     let shm = ShmRef::from_params(&input_params)?;
     let binary_size = match input_params.get("binary_data_size") {
         None => None,
@@ -483,7 +506,7 @@ fn decode_input(
             )))
         }
     };
-    let data = input.get("data");
+    let data = input.get("data").copied();
     let sources = usize::from(shm.is_some())
         + usize::from(binary_size.is_some())
         + usize::from(data.is_some());
