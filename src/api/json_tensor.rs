@@ -12,6 +12,7 @@ use crate::tensor::{DataType, DecodeError, Tensor};
 /// Writes every element of a tensor as one flat array (KServe's `data`).
 pub fn write_flat(out: &mut Vec<u8>, tensor: &Tensor) -> Result<(), DecodeError> {
     let elements = Elements::of(tensor)?;
+    out.reserve(elements.text_estimate(0, tensor.element_count()));
     let mut next = 0;
     write_nested(out, &[tensor.element_count()], &elements, &mut next, false);
     Ok(())
@@ -32,6 +33,7 @@ pub fn write_tensor(
         }
         None => (tensor.shape(), 0),
     };
+    out.reserve(elements.text_estimate(start, dims.iter().product()));
     let mut next = start;
     write_nested(out, dims, &elements, &mut next, binary_strings);
     Ok(())
@@ -46,8 +48,15 @@ fn write_nested(
 ) {
     match dims.split_first() {
         None => {
-            elements.write(out, *next, binary_strings);
+            elements.write_run(out, *next, 1, binary_strings);
             *next += 1;
+        }
+        // The innermost dimension is written as one run over a typed slice.
+        Some((&len, [])) => {
+            out.push(b'[');
+            elements.write_run(out, *next, len, binary_strings);
+            *next += len;
+            out.push(b']');
         }
         Some((&len, rest)) => {
             out.push(b'[');
@@ -101,31 +110,63 @@ impl<'t> Elements<'t> {
         })
     }
 
-    fn write(&self, out: &mut Vec<u8>, i: usize, binary_strings: bool) {
+    /// Bytes of JSON text that `count` elements from `start` are likely to need, so the
+    /// output grows once rather than by repeated doubling.
+    fn text_estimate(&self, start: usize, count: usize) -> usize {
+        let per_element = match self {
+            Self::Bool(_) => 6,
+            Self::U8(_) | Self::I8(_) => 4,
+            Self::U16(_) | Self::I16(_) | Self::F16(_) | Self::BF16(_) => 8,
+            Self::U32(_) | Self::I32(_) | Self::F32(_) => 14,
+            Self::U64(_) | Self::I64(_) | Self::F64(_) => 24,
+            Self::Str(v) => {
+                let end = start.saturating_add(count).min(v.len());
+                let bytes: usize = v
+                    .get(start..end)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(Bytes::len)
+                    .sum();
+                return bytes.saturating_mul(4) / 3 + count.saturating_mul(12);
+            }
+        };
+        count.saturating_mul(per_element)
+    }
+
+    /// Writes `len` elements from `start`, separated by commas.
+    fn write_run(&self, out: &mut Vec<u8>, start: usize, len: usize, binary_strings: bool) {
+        let range = start..start.saturating_add(len);
         match self {
-            Self::Bool(v) => out.extend_from_slice(if v.get(i).is_some_and(|&b| b != 0) {
-                b"true"
-            } else {
-                b"false"
+            Self::Bool(v) => run(out, v.get(range), |out, &b| {
+                out.extend_from_slice(if b != 0 { b"true" } else { b"false" })
             }),
-            Self::U8(v) => write_int(out, v.get(i).copied().unwrap_or_default()),
-            Self::U16(v) => write_int(out, v.get(i).copied().unwrap_or_default()),
-            Self::U32(v) => write_int(out, v.get(i).copied().unwrap_or_default()),
-            Self::U64(v) => write_int(out, v.get(i).copied().unwrap_or_default()),
-            Self::I8(v) => write_int(out, v.get(i).copied().unwrap_or_default()),
-            Self::I16(v) => write_int(out, v.get(i).copied().unwrap_or_default()),
-            Self::I32(v) => write_int(out, v.get(i).copied().unwrap_or_default()),
-            Self::I64(v) => write_int(out, v.get(i).copied().unwrap_or_default()),
-            Self::F16(v) => write_f32(out, v.get(i).map(|h| h.to_f32()).unwrap_or_default()),
-            Self::BF16(v) => write_f32(out, v.get(i).map(|h| h.to_f32()).unwrap_or_default()),
-            Self::F32(v) => write_f32(out, v.get(i).copied().unwrap_or_default()),
-            Self::F64(v) => write_f64(out, v.get(i).copied().unwrap_or_default()),
-            Self::Str(v) => write_string(
-                out,
-                v.get(i).map(|b| &b[..]).unwrap_or_default(),
-                binary_strings,
-            ),
+            Self::U8(v) => run(out, v.get(range), |out, &n| write_int(out, n)),
+            Self::U16(v) => run(out, v.get(range), |out, &n| write_int(out, n)),
+            Self::U32(v) => run(out, v.get(range), |out, &n| write_int(out, n)),
+            Self::U64(v) => run(out, v.get(range), |out, &n| write_int(out, n)),
+            Self::I8(v) => run(out, v.get(range), |out, &n| write_int(out, n)),
+            Self::I16(v) => run(out, v.get(range), |out, &n| write_int(out, n)),
+            Self::I32(v) => run(out, v.get(range), |out, &n| write_int(out, n)),
+            Self::I64(v) => run(out, v.get(range), |out, &n| write_int(out, n)),
+            Self::F16(v) => run(out, v.get(range), |out, h| write_f32(out, h.to_f32())),
+            Self::BF16(v) => run(out, v.get(range), |out, h| write_f32(out, h.to_f32())),
+            Self::F32(v) => run(out, v.get(range), |out, &f| write_f32(out, f)),
+            Self::F64(v) => run(out, v.get(range), |out, &f| write_f64(out, f)),
+            Self::Str(v) => run(out, v.get(range), |out, s| {
+                write_string(out, s, binary_strings)
+            }),
         }
+    }
+}
+
+/// Writes `items` separated by commas; nothing when the range was outside the tensor, which
+/// its shape rules out.
+fn run<T>(out: &mut Vec<u8>, items: Option<&[T]>, write: impl Fn(&mut Vec<u8>, &T)) {
+    for (i, item) in items.unwrap_or_default().iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write(out, item);
     }
 }
 
