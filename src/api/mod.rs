@@ -4,6 +4,8 @@
 pub mod health;
 pub mod json_body;
 pub mod json_decode;
+#[cfg(test)]
+mod json_round_trip;
 pub mod json_tensor;
 mod json_values;
 pub mod kserve;
