@@ -71,7 +71,9 @@ impl Cases {
 
 /// NaN never equals itself, so the generator maps it to a finite value; infinities stay.
 fn finite<T: PartialEq + Copy + Default>(value: T) -> T {
-    if value == value {
+    #[allow(clippy::eq_op)] // the test for NaN
+    let is_number = value == value;
+    if is_number {
         value
     } else {
         T::default()
