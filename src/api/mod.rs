@@ -1,6 +1,7 @@
 //! Protocol adapters: wire formats in, domain types to [`crate::infer::InferService`], wire
 //! formats out.
 
+pub mod compression;
 pub mod health;
 pub mod json_body;
 pub mod json_decode;
