@@ -13,12 +13,13 @@ use axum::Extension;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::infer_body::{Entry, InferBody, Inputs};
 use super::{
     codec, config_json, infer, model_config, model_metadata, param_bool, refuse_load_overrides,
     repository_index, scheduling_params, InferRequest, InferResponse, InputData, InputRequest,
     ModelMetadata, OutputRequest, Param, Params, ShmRef, EXTENSIONS,
 };
-use crate::api::json_body::{self, member, RawObject};
+use crate::api::json_body;
 use crate::api::json_decode::decode_flat;
 use crate::api::json_tensor::{write_flat, write_json_str};
 use crate::api::rest_util::{json_response, raw_json_response, RestError};
@@ -305,7 +306,7 @@ async fn run_infer(
 ) -> Reply {
     let (header, binary) = split_body(headers, body)?;
     let mut rewritten = Vec::new();
-    let request = parse_raw_object(&header, &mut rewritten)?;
+    let request = parse_infer_body(&header, &mut rewritten)?;
     let decoded = decode_request(&request, model, version, binary, s.limits())?;
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let response = infer(s, decoded, peer, context).await?;
@@ -343,19 +344,25 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Error> {
     }
 }
 
-/// The request body as an object whose members are still text; tensor data is decoded from
-/// that text once the input's dtype and shape are known.
-fn parse_raw_object<'a>(
+/// The infer request envelope, read in one pass; tensor data stays text until its input's
+/// dtype and shape are known.
+fn parse_infer_body<'a>(
     body: &'a [u8],
     rewritten: &'a mut Vec<u8>,
-) -> Result<RawObject<'a>, Error> {
+) -> Result<InferBody<'a>, Error> {
     json_body::parse_borrowed(body, rewritten).map_err(|err| {
-        if err.is_data() {
-            Error::invalid("the request body must be a JSON object")
-        } else {
-            Error::invalid(format!("the request body is not valid JSON: {err}"))
+        let is_object = body.trim_ascii_start().starts_with(b"{");
+        match (err.is_data(), is_object) {
+            (true, false) => Error::invalid("the request body must be a JSON object"),
+            (true, true) => Error::invalid(format!("the request body is malformed: {err}")),
+            (false, _) => Error::invalid(format!("the request body is not valid JSON: {err}")),
         }
     })
+}
+
+/// A small envelope member (a name, a shape, parameters) as a `Value`.
+fn small(raw: Option<&RawValue>) -> Option<Value> {
+    raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
 }
 
 fn params(value: Option<&Value>, what: &str) -> Result<Params, Error> {
@@ -408,22 +415,21 @@ fn string_field<'v>(
 }
 
 fn decode_request(
-    request: &RawObject<'_>,
+    request: &InferBody<'_>,
     model: String,
     version: String,
     binary: Bytes,
     limits: &DecodeLimits,
 ) -> Result<InferRequest, Error> {
-    let id = match member(request, "id") {
+    let id = match small(request.id) {
         None => String::new(),
         Some(Value::String(id)) => id,
         Some(_) => return Err(Error::invalid("\"id\" must be a string")),
     };
-    let request_params = params(member(request, "parameters").as_ref(), "request")?;
-    let inputs: Vec<&RawValue> = request
-        .get("inputs")
-        .and_then(|raw| serde_json::from_str(raw.get()).ok())
-        .ok_or_else(|| Error::invalid("the request needs an \"inputs\" array"))?;
+    let request_params = params(small(request.parameters).as_ref(), "request")?;
+    let Some(Inputs::List(inputs)) = &request.inputs else {
+        return Err(Error::invalid("the request needs an \"inputs\" array"));
+    };
     let mut cursor = 0usize;
     let inputs = inputs
         .iter()
@@ -438,7 +444,7 @@ fn decode_request(
     }
     let all_binary = param_bool(&request_params, "binary_data_output")?;
     let (priority, timeout) = scheduling_params(&request_params)?;
-    let outputs = match member(request, "outputs") {
+    let outputs = match small(request.outputs) {
         None => Vec::new(),
         Some(Value::Array(outputs)) => outputs
             .iter()
@@ -460,19 +466,24 @@ fn decode_request(
 
 fn decode_input(
     index: usize,
-    input: &RawValue,
+    input: &Entry<'_>,
     binary: &Bytes,
     cursor: &mut usize,
     limits: &DecodeLimits,
 ) -> Result<InputRequest, Error> {
     let what = format!("input {index}");
-    let input: RawObject<'_> = serde_json::from_str(input.get())
-        .map_err(|_| Error::invalid(format!("{what} must be a JSON object")))?;
-    let envelope = input
-        .iter()
-        .filter(|(key, _)| key.as_str() != "data")
-        .filter_map(|(key, raw)| Some((key.clone(), serde_json::from_str(raw.get()).ok()?)))
-        .collect::<Map<String, Value>>();
+    let Entry::Object(input) = input else {
+        return Err(Error::invalid(format!("{what} must be a JSON object")));
+    };
+    let envelope = [
+        ("name", input.name),
+        ("datatype", input.datatype),
+        ("shape", input.shape),
+        ("parameters", input.parameters),
+    ]
+    .into_iter()
+    .filter_map(|(key, raw)| Some((key.to_owned(), small(raw)?)))
+    .collect::<Map<String, Value>>();
     let name = string_field(&envelope, "name", &what)?.to_owned();
     let what = format!("input '{name}'");
     let dtype = codec::parse_datatype(string_field(&envelope, "datatype", &what)?)
@@ -506,7 +517,7 @@ fn decode_input(
             )))
         }
     };
-    let data = input.get("data").copied();
+    let data = input.data;
     let sources = usize::from(shm.is_some())
         + usize::from(binary_size.is_some())
         + usize::from(data.is_some());
