@@ -142,6 +142,7 @@ fn broken_text_is_an_error_never_a_panic() {
                 _ => text.truncate(at),
             }
         }
+        let _ = super::kserve::http::decode_infer_body(&text, Bytes::new(), &limits);
         let mut rewritten = Vec::new();
         let parsed: Result<&RawValue, _> = super::json_body::parse_borrowed(&text, &mut rewritten);
         let Ok(value) = parsed else { continue };
@@ -149,6 +150,30 @@ fn broken_text_is_an_error_never_a_panic() {
             let _ = decode_value(value, dtype, &limits);
             let _ = decode_rows(&[value, value], dtype, &limits);
             let _ = decode_flat(value, vec![2, 3], dtype, &limits);
+        }
+    }
+}
+
+#[test]
+fn whole_kserve_bodies_round_trip_for_every_dtype() {
+    use super::kserve::{codec, InputData};
+    let limits = DecodeLimits::default();
+    let mut cases = Cases(0x5851_f42d_4c95_7f2d);
+    for dtype in DataType::ALL {
+        let shape = cases.shape();
+        let tensor = cases.tensor(dtype, shape.clone());
+        let mut body = format!(
+            r#"{{"id": "r", "inputs": [{{"name": "x", "datatype": "{}", "shape": {shape:?}, "data": "#,
+            codec::datatype_name(dtype)
+        )
+        .into_bytes();
+        write_flat(&mut body, &tensor).unwrap_or_else(|err| panic!("{err}"));
+        body.extend_from_slice(b"}]}");
+        let request = super::kserve::http::decode_infer_body(&body, Bytes::new(), &limits)
+            .unwrap_or_else(|err| panic!("{dtype}: {err}"));
+        match request.inputs.first().map(|input| &input.data) {
+            Some(InputData::Inline(decoded)) => assert_eq!(decoded, &tensor, "{dtype}"),
+            _ => panic!("{dtype}: no inline input"),
         }
     }
 }

@@ -305,9 +305,11 @@ async fn run_infer(
     body: Bytes,
 ) -> Reply {
     let (header, binary) = split_body(headers, body)?;
-    let mut rewritten = Vec::new();
-    let request = parse_infer_body(&header, &mut rewritten)?;
-    let decoded = decode_request(&request, model, version, binary, s.limits())?;
+    let decoded = InferRequest {
+        model,
+        version,
+        ..decode_infer_body(&header, binary, s.limits())?
+    };
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let response = infer(s, decoded, peer, context).await?;
     Ok(encode_response(&response)?)
@@ -342,6 +344,19 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Error> {
             "the request body is not valid JSON: {err}"
         ))),
     }
+}
+
+/// Decodes an infer request body: its JSON part, and the binary-extension bytes that follow
+/// it. The model and version, which come from the path, are left empty. This is the whole
+/// wire-to-request step, so tests and fuzzers drive it with arbitrary bytes.
+pub fn decode_infer_body(
+    json: &[u8],
+    binary: Bytes,
+    limits: &DecodeLimits,
+) -> Result<InferRequest, Error> {
+    let mut rewritten = Vec::new();
+    let request = parse_infer_body(json, &mut rewritten)?;
+    decode_request(&request, String::new(), String::new(), binary, limits)
 }
 
 /// The infer request envelope, read in one pass; tensor data stays text until its input's
