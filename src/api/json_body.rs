@@ -42,6 +42,19 @@ pub fn parse_borrowed<'a, T: Deserialize<'a>>(
     }
 }
 
+/// Why a body that should be a JSON object is not, worded for the client; `None` when it
+/// starts like an object. serde's derived structs also accept a JSON array (their fields in
+/// order), so request envelopes check this first.
+pub fn not_an_object(body: &[u8]) -> Option<String> {
+    if body.trim_ascii_start().starts_with(b"{") {
+        return None;
+    }
+    Some(match parse(body) {
+        Ok(_) => "the request body must be a JSON object".to_owned(),
+        Err(err) => format!("the request body is not valid JSON: {err}"),
+    })
+}
+
 /// A member of a raw object as a `Value`: for the small fields of an envelope, never for
 /// tensor data.
 pub fn member(object: &RawObject<'_>, key: &str) -> Option<Value> {
@@ -108,6 +121,15 @@ mod tests {
         assert_eq!(object.get("a").map(|raw| raw.get()), Some(r#"[1, "NaN"]"#));
         assert_eq!(member(&object, "b"), Some(Value::from("x")));
         Ok(())
+    }
+
+    #[test]
+    fn only_objects_pass_as_envelopes() {
+        assert_eq!(not_an_object(b"  {\"a\": 1}"), None);
+        let array = not_an_object(b"[[1, 2]]").unwrap_or_default();
+        assert!(array.contains("must be a JSON object"), "{array}");
+        let broken = not_an_object(b"[1,").unwrap_or_default();
+        assert!(broken.contains("not valid JSON"), "{broken}");
     }
 
     #[test]

@@ -365,12 +365,14 @@ fn parse_infer_body<'a>(
     body: &'a [u8],
     rewritten: &'a mut Vec<u8>,
 ) -> Result<InferBody<'a>, Error> {
+    if let Some(message) = json_body::not_an_object(body) {
+        return Err(Error::invalid(message));
+    }
     json_body::parse_borrowed(body, rewritten).map_err(|err| {
-        let is_object = body.trim_ascii_start().starts_with(b"{");
-        match (err.is_data(), is_object) {
-            (true, false) => Error::invalid("the request body must be a JSON object"),
-            (true, true) => Error::invalid(format!("the request body is malformed: {err}")),
-            (false, _) => Error::invalid(format!("the request body is not valid JSON: {err}")),
+        if err.is_data() {
+            Error::invalid(format!("the request body is malformed: {err}"))
+        } else {
+            Error::invalid(format!("the request body is not valid JSON: {err}"))
         }
     })
 }

@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::{signature_defs, state_name, version_statuses, PREDICT_METHOD};
-use crate::api::json_body::{self, member, RawObject};
+use crate::api::json_body::{self, RawObject};
 use crate::api::json_decode::{decode_rows, decode_value};
 use crate::api::json_tensor::{write_json_str, write_tensor};
 use crate::api::rest_util::{json_response, RestError};
@@ -284,6 +284,18 @@ fn metadata(infer: &InferService, model: &str, version: VersionRef<'_>) -> Resul
     })))
 }
 
+/// A predict request as sent, read in one pass: tensor data stays borrowed text until the
+/// signature says what each input should be.
+#[derive(serde::Deserialize)]
+struct PredictBody<'a> {
+    #[serde(borrow, default)]
+    signature_name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    instances: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    inputs: Option<&'a RawValue>,
+}
+
 /// The two request layouts TF Serving accepts, as unparsed JSON text.
 enum Layout<'b> {
     /// `"instances"`: one entry per batch row.
@@ -300,19 +312,26 @@ async fn predict(
     body: &[u8],
 ) -> Result<Response, Error> {
     let mut rewritten = Vec::new();
-    let fields: RawObject<'_> = json_body::parse_borrowed(body, &mut rewritten).map_err(|err| {
-        if err.is_data() {
-            Error::invalid("the request body must be a JSON object")
-        } else {
-            Error::invalid(format!("the request body is not valid JSON: {err}"))
-        }
-    })?;
-    let signature_name = match member(&fields, "signature_name") {
+    if let Some(message) = json_body::not_an_object(body) {
+        return Err(Error::invalid(message));
+    }
+    let fields: PredictBody<'_> =
+        json_body::parse_borrowed(body, &mut rewritten).map_err(|err| {
+            if err.is_data() {
+                Error::invalid(format!("the request body is malformed: {err}"))
+            } else {
+                Error::invalid(format!("the request body is not valid JSON: {err}"))
+            }
+        })?;
+    let signature_name = match fields
+        .signature_name
+        .map(|raw| serde_json::from_str(raw.get()))
+    {
         None => String::new(),
-        Some(Value::String(name)) => name,
+        Some(Ok(Value::String(name))) => name,
         Some(_) => return Err(Error::invalid("\"signature_name\" must be a string")),
     };
-    let layout = match (fields.get("instances"), fields.get("inputs")) {
+    let layout = match (fields.instances, fields.inputs) {
         (Some(_), Some(_)) => {
             return Err(Error::invalid(
                 "the request has both \"instances\" and \"inputs\"; use one of them",
