@@ -137,8 +137,9 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(1..))]
     pub shm_max_bytes: u64,
 
-    /// Largest request body or gRPC message, in bytes; also the largest tensor a request may
-    /// expand to.
+    /// Largest request body or gRPC message, in bytes, counted after gzip is inflated (a gzip
+    /// body or message that would inflate past it is refused); also the largest tensor a
+    /// request may expand to.
     #[arg(long, env = "TENSORPORT_MAX_REQUEST_BYTES", default_value_t = 64 << 20,
           value_parser = clap::value_parser!(u64).range(1024..=(4u64 << 30)))]
     pub max_request_bytes: u64,

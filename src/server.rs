@@ -18,6 +18,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tonic::codec::CompressionEncoding::Gzip;
 use tower::Layer;
 
 use crate::api::health::{Health, Readiness};
@@ -110,6 +111,10 @@ fn rest_router(options: &ServerOptions) -> Router<Arc<InferService>> {
         .into_router()
         .fallback(|uri: axum::http::Uri| async move { RestError::not_found_path(uri.path()) })
         .layer(DefaultBodyLimit::max(options.max_request_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            options.max_request_bytes,
+            crate::api::compression::gzip,
+        ))
 }
 
 /// The HTTP application: TF Serving REST, KServe v2 HTTP, health, `/metrics`, and a JSON 404
@@ -140,7 +145,9 @@ fn metrics_app(infer: Arc<InferService>, health: &Arc<Health>, auth: &Access) ->
         .layer(AuthLayer::<axum::body::Body>::new(auth.clone()))
 }
 
-/// Every gRPC service, each refusing messages over `limit` bytes.
+/// Every gRPC service, each refusing messages over `limit` bytes. gzip messages are accepted
+/// (tonic counts their inflated size against `limit`) and replies are gzipped for clients that
+/// offer it in `grpc-accept-encoding`.
 fn grpc_routes(
     infer: &Arc<InferService>,
     health: &Arc<Health>,
@@ -152,16 +159,22 @@ fn grpc_routes(
     tonic::service::Routes::new(health.grpc_service())
         .add_service(
             PredictionServiceServer::new(tf.clone())
+                .accept_compressed(Gzip)
+                .send_compressed(Gzip)
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
         )
         .add_service(
             ModelServiceServer::new(tf)
+                .accept_compressed(Gzip)
+                .send_compressed(Gzip)
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
         )
         .add_service(
             GrpcInferenceServiceServer::new(kserve_grpc)
+                .accept_compressed(Gzip)
+                .send_compressed(Gzip)
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
         )

@@ -1,6 +1,14 @@
 //! Parsing request bodies as JSON, with the non-finite number literals TF Serving accepts.
 
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
+
+/// A JSON object whose members are kept as unparsed text, so that large tensor data is decoded
+/// once, straight into its buffer, when the signature says what it should be.
+pub type RawObject<'a> = BTreeMap<String, &'a RawValue>;
 
 /// Parses `body`. Standard JSON takes the fast path; a body that fails only because it uses
 /// the bare literals `NaN`, `Infinity` or `-Infinity` (as TF Serving's clients may send) is
@@ -13,6 +21,46 @@ pub fn parse(body: &[u8]) -> Result<Value, serde_json::Error> {
             None => Err(err),
         },
     }
+}
+
+/// Parses `body` as `T`, which may borrow from it, with the same fallback for non-finite
+/// literals as [`parse`]: the quoted copy is kept in `rewritten`.
+pub fn parse_borrowed<'a, T: Deserialize<'a>>(
+    body: &'a [u8],
+    rewritten: &'a mut Vec<u8>,
+) -> Result<T, serde_json::Error> {
+    match serde_json::from_slice(body) {
+        Ok(value) => Ok(value),
+        Err(err) => match quote_non_finite(body) {
+            Some(copy) => {
+                *rewritten = copy;
+                let rewritten: &'a Vec<u8> = rewritten;
+                serde_json::from_slice(rewritten).map_err(|_| err)
+            }
+            None => Err(err),
+        },
+    }
+}
+
+/// Why a body that should be a JSON object is not, worded for the client; `None` when it
+/// starts like an object. serde's derived structs also accept a JSON array (their fields in
+/// order), so request envelopes check this first.
+pub fn not_an_object(body: &[u8]) -> Option<String> {
+    if body.trim_ascii_start().starts_with(b"{") {
+        return None;
+    }
+    Some(match parse(body) {
+        Ok(_) => "the request body must be a JSON object".to_owned(),
+        Err(err) => format!("the request body is not valid JSON: {err}"),
+    })
+}
+
+/// A member of a raw object as a `Value`: for the small fields of an envelope, never for
+/// tensor data.
+pub fn member(object: &RawObject<'_>, key: &str) -> Option<Value> {
+    object
+        .get(key)
+        .and_then(|raw| serde_json::from_str(raw.get()).ok())
 }
 
 /// A copy of `body` with bare non-finite literals outside strings quoted, or `None` if it has
@@ -64,6 +112,24 @@ mod tests {
         assert_eq!(value["a"][0], "NaN");
         assert_eq!(value["a"][2], "-Infinity");
         assert_eq!(value["s"], "NaN \" Infinity");
+    }
+
+    #[test]
+    fn raw_objects_borrow_their_members() -> Result<(), serde_json::Error> {
+        let mut storage = Vec::new();
+        let object: RawObject = parse_borrowed(br#"{"a": [1, NaN], "b": "x"}"#, &mut storage)?;
+        assert_eq!(object.get("a").map(|raw| raw.get()), Some(r#"[1, "NaN"]"#));
+        assert_eq!(member(&object, "b"), Some(Value::from("x")));
+        Ok(())
+    }
+
+    #[test]
+    fn only_objects_pass_as_envelopes() {
+        assert_eq!(not_an_object(b"  {\"a\": 1}"), None);
+        let array = not_an_object(b"[[1, 2]]").unwrap_or_default();
+        assert!(array.contains("must be a JSON object"), "{array}");
+        let broken = not_an_object(b"[1,").unwrap_or_default();
+        assert!(broken.contains("not valid JSON"), "{broken}");
     }
 
     #[test]

@@ -1,9 +1,14 @@
 //! Protocol adapters: wire formats in, domain types to [`crate::infer::InferService`], wire
 //! formats out.
 
+pub mod compression;
 pub mod health;
 pub mod json_body;
+pub mod json_decode;
+#[cfg(test)]
+mod json_round_trip;
 pub mod json_tensor;
+mod json_values;
 pub mod kserve;
 pub mod rest_util;
 pub mod route_table;

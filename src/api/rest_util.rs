@@ -17,6 +17,15 @@ pub struct RestError {
 }
 
 impl RestError {
+    /// An error the HTTP layer itself answers, outside the protocol error table.
+    pub fn with_status(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            allow: None,
+        }
+    }
+
     pub fn not_found_path(path: &str) -> Self {
         Self {
             status: StatusCode::NOT_FOUND,

@@ -10,15 +10,18 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Extension;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
+use super::infer_body::{Entry, InferBody, Inputs};
 use super::{
     codec, config_json, infer, model_config, model_metadata, param_bool, refuse_load_overrides,
     repository_index, scheduling_params, InferRequest, InferResponse, InputData, InputRequest,
     ModelMetadata, OutputRequest, Param, Params, ShmRef, EXTENSIONS,
 };
 use crate::api::json_body;
-use crate::api::json_tensor::{decode_flat, write_flat, write_json_str};
+use crate::api::json_decode::decode_flat;
+use crate::api::json_tensor::{write_flat, write_json_str};
 use crate::api::rest_util::{json_response, raw_json_response, RestError};
 use crate::api::route_table::Routes;
 use crate::error::Error;
@@ -302,8 +305,11 @@ async fn run_infer(
     body: Bytes,
 ) -> Reply {
     let (header, binary) = split_body(headers, body)?;
-    let request = parse_object(&header)?;
-    let decoded = decode_request(&request, model, version, binary, s.limits())?;
+    let decoded = InferRequest {
+        model,
+        version,
+        ..decode_infer_body(&header, binary, s.limits())?
+    };
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let response = infer(s, decoded, peer, context).await?;
     Ok(encode_response(&response)?)
@@ -338,6 +344,42 @@ fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Error> {
             "the request body is not valid JSON: {err}"
         ))),
     }
+}
+
+/// Decodes an infer request body: its JSON part, and the binary-extension bytes that follow
+/// it. The model and version, which come from the path, are left empty. This is the whole
+/// wire-to-request step, so tests and fuzzers drive it with arbitrary bytes.
+pub fn decode_infer_body(
+    json: &[u8],
+    binary: Bytes,
+    limits: &DecodeLimits,
+) -> Result<InferRequest, Error> {
+    let mut rewritten = Vec::new();
+    let request = parse_infer_body(json, &mut rewritten)?;
+    decode_request(&request, String::new(), String::new(), binary, limits)
+}
+
+/// The infer request envelope, read in one pass; tensor data stays text until its input's
+/// dtype and shape are known.
+fn parse_infer_body<'a>(
+    body: &'a [u8],
+    rewritten: &'a mut Vec<u8>,
+) -> Result<InferBody<'a>, Error> {
+    if let Some(message) = json_body::not_an_object(body) {
+        return Err(Error::invalid(message));
+    }
+    json_body::parse_borrowed(body, rewritten).map_err(|err| {
+        if err.is_data() {
+            Error::invalid(format!("the request body is malformed: {err}"))
+        } else {
+            Error::invalid(format!("the request body is not valid JSON: {err}"))
+        }
+    })
+}
+
+/// A small envelope member (a name, a shape, parameters) as a `Value`.
+fn small(raw: Option<&RawValue>) -> Option<Value> {
+    raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
 }
 
 fn params(value: Option<&Value>, what: &str) -> Result<Params, Error> {
@@ -390,19 +432,19 @@ fn string_field<'v>(
 }
 
 fn decode_request(
-    request: &Map<String, Value>,
+    request: &InferBody<'_>,
     model: String,
     version: String,
     binary: Bytes,
     limits: &DecodeLimits,
 ) -> Result<InferRequest, Error> {
-    let id = match request.get("id") {
+    let id = match small(request.id) {
         None => String::new(),
-        Some(Value::String(id)) => id.clone(),
+        Some(Value::String(id)) => id,
         Some(_) => return Err(Error::invalid("\"id\" must be a string")),
     };
-    let request_params = params(request.get("parameters"), "request")?;
-    let Some(Value::Array(inputs)) = request.get("inputs") else {
+    let request_params = params(small(request.parameters).as_ref(), "request")?;
+    let Some(Inputs::List(inputs)) = &request.inputs else {
         return Err(Error::invalid("the request needs an \"inputs\" array"));
     };
     let mut cursor = 0usize;
@@ -419,7 +461,7 @@ fn decode_request(
     }
     let all_binary = param_bool(&request_params, "binary_data_output")?;
     let (priority, timeout) = scheduling_params(&request_params)?;
-    let outputs = match request.get("outputs") {
+    let outputs = match small(request.outputs) {
         None => Vec::new(),
         Some(Value::Array(outputs)) => outputs
             .iter()
@@ -441,20 +483,29 @@ fn decode_request(
 
 fn decode_input(
     index: usize,
-    input: &Value,
+    input: &Entry<'_>,
     binary: &Bytes,
     cursor: &mut usize,
     limits: &DecodeLimits,
 ) -> Result<InputRequest, Error> {
     let what = format!("input {index}");
-    let Value::Object(input) = input else {
+    let Entry::Object(input) = input else {
         return Err(Error::invalid(format!("{what} must be a JSON object")));
     };
-    let name = string_field(input, "name", &what)?.to_owned();
+    let envelope = [
+        ("name", input.name),
+        ("datatype", input.datatype),
+        ("shape", input.shape),
+        ("parameters", input.parameters),
+    ]
+    .into_iter()
+    .filter_map(|(key, raw)| Some((key.to_owned(), small(raw)?)))
+    .collect::<Map<String, Value>>();
+    let name = string_field(&envelope, "name", &what)?.to_owned();
     let what = format!("input '{name}'");
-    let dtype = codec::parse_datatype(string_field(input, "datatype", &what)?)
+    let dtype = codec::parse_datatype(string_field(&envelope, "datatype", &what)?)
         .map_err(|err| Error::from(err.in_input(&name)))?;
-    let dims: Vec<i64> = match input.get("shape") {
+    let dims: Vec<i64> = match envelope.get("shape") {
         Some(Value::Array(dims)) => dims
             .iter()
             .map(|d| {
@@ -469,7 +520,7 @@ fn decode_input(
         }
     };
     let shape = shape_from_dims(&dims).map_err(|err| Error::from(err.in_input(&name)))?;
-    let input_params = params(input.get("parameters"), &what)?;
+    let input_params = params(envelope.get("parameters"), &what)?;
     let shm = ShmRef::from_params(&input_params)?;
     let binary_size = match input_params.get("binary_data_size") {
         None => None,
@@ -483,7 +534,7 @@ fn decode_input(
             )))
         }
     };
-    let data = input.get("data");
+    let data = input.data;
     let sources = usize::from(shm.is_some())
         + usize::from(binary_size.is_some())
         + usize::from(data.is_some());

@@ -7,6 +7,7 @@
 pub mod codec;
 pub mod grpc;
 pub mod http;
+pub mod infer_body;
 mod model_info;
 
 pub use model_info::{

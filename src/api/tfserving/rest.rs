@@ -11,10 +11,13 @@ use axum::http::Method;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Extension;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use super::{rest_examples, signature_defs, state_name, version_statuses, PREDICT_METHOD};
-use crate::api::json_tensor::{decode_rows, decode_value, write_json_str, write_tensor};
+use crate::api::json_body::{self, RawObject};
+use crate::api::json_decode::{decode_rows, decode_value};
+use crate::api::json_tensor::{write_json_str, write_tensor};
 use crate::api::rest_util::{json_response, RestError};
 use crate::api::route_table::Routes;
 use crate::backend::{NamedTensor, Signature};
@@ -294,12 +297,24 @@ fn metadata(infer: &InferService, model: &str, version: VersionRef<'_>) -> Resul
     })))
 }
 
-/// The two request layouts TF Serving accepts.
+/// A predict request as sent, read in one pass: tensor data stays borrowed text until the
+/// signature says what each input should be.
+#[derive(serde::Deserialize)]
+struct PredictBody<'a> {
+    #[serde(borrow, default)]
+    signature_name: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    instances: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    inputs: Option<&'a RawValue>,
+}
+
+/// The two request layouts TF Serving accepts, as unparsed JSON text.
 enum Layout<'b> {
     /// `"instances"`: one entry per batch row.
-    Rows(&'b [Value]),
+    Rows(Vec<&'b RawValue>),
     /// `"inputs"`: whole tensors.
-    Columns(&'b Value),
+    Columns(&'b RawValue),
 }
 
 async fn predict(
@@ -309,21 +324,41 @@ async fn predict(
     version: VersionRef<'_>,
     body: &[u8],
 ) -> Result<Response, Error> {
-    let parsed: Value = crate::api::json_body::parse(body)
-        .map_err(|err| PredictBodyError::NotJson(err.to_string()))?;
-    let Value::Object(fields) = &parsed else {
-        return Err(PredictBodyError::NotObject.into());
-    };
-    let signature_name = match fields.get("signature_name") {
-        None => "",
-        Some(Value::String(name)) => name.as_str(),
+    let mut rewritten = Vec::new();
+    if !body.trim_ascii_start().starts_with(b"{") {
+        // Not an object: say whether it is JSON at all.
+        return Err(match json_body::parse(body) {
+            Ok(_) => PredictBodyError::NotObject,
+            Err(err) => PredictBodyError::NotJson(err.to_string()),
+        }
+        .into());
+    }
+    let fields: PredictBody<'_> =
+        json_body::parse_borrowed(body, &mut rewritten).map_err(|err| {
+            if err.is_data() {
+                Error::invalid(format!("the request body is malformed: {err}"))
+            } else {
+                PredictBodyError::NotJson(err.to_string()).into()
+            }
+        })?;
+    let signature_name = match fields
+        .signature_name
+        .map(|raw| serde_json::from_str(raw.get()))
+    {
+        None => String::new(),
+        Some(Ok(Value::String(name))) => name,
         Some(_) => return Err(PredictBodyError::SignatureNameNotString.into()),
     };
-    let layout = match (fields.get("instances"), fields.get("inputs")) {
+    let layout = match (fields.instances, fields.inputs) {
         (Some(_), Some(_)) => return Err(PredictBodyError::BothLayouts.into()),
-        (Some(Value::Array(rows)), None) if !rows.is_empty() => Layout::Rows(rows),
-        (Some(Value::Array(_)), None) => return Err(PredictBodyError::NoInstances.into()),
-        (Some(_), None) => return Err(PredictBodyError::InstancesNotArray.into()),
+        (Some(instances), None) => {
+            let rows: Vec<&RawValue> = serde_json::from_str(instances.get())
+                .map_err(|_| PredictBodyError::InstancesNotArray)?;
+            if rows.is_empty() {
+                return Err(PredictBodyError::NoInstances.into());
+            }
+            Layout::Rows(rows)
+        }
         (None, Some(columns)) => Layout::Columns(columns),
         (None, None) => return Err(PredictBodyError::NoLayout.into()),
     };
@@ -331,11 +366,11 @@ async fn predict(
     let target = ModelTarget {
         model,
         version: version_selector(version)?,
-        signature: signature_name,
+        signature: &signature_name,
     };
     let row_format = matches!(layout, Layout::Rows(_));
     let prepared = infer.prepare(target, context, |sig| {
-        let inputs = match layout {
+        let inputs = match &layout {
             Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
             Layout::Columns(columns) => column_inputs(sig, columns, infer)?,
         };
@@ -354,22 +389,24 @@ async fn predict(
     Ok(crate::api::rest_util::raw_json_response(body))
 }
 
-/// An instance is "named" when it is a JSON object other than `{"b64": ...}`.
-fn named(value: &Value) -> Option<&Map<String, Value>> {
-    match value {
-        Value::Object(map) if !(map.len() == 1 && map.contains_key("b64")) => Some(map),
-        _ => None,
+/// An instance is "named" when it is a JSON object other than `{"b64": ...}`: its members,
+/// still as text.
+fn named(value: &RawValue) -> Option<RawObject<'_>> {
+    if !value.get().trim_start().starts_with('{') {
+        return None;
     }
+    let object: RawObject<'_> = serde_json::from_str(value.get()).ok()?;
+    (!(object.len() == 1 && object.contains_key("b64"))).then_some(object)
 }
 
 fn row_inputs(
     sig: &Signature,
-    rows: &[Value],
+    rows: &[&RawValue],
     infer: &InferService,
 ) -> Result<Vec<NamedTensor>, Error> {
     let limits = infer.limits();
-    let first_named = rows.first().and_then(named);
-    if first_named.is_none() {
+    let first_named = rows.first().and_then(|row| named(row));
+    let Some(first) = first_named else {
         // Bare values: allowed when the signature has a single input.
         let [spec] = sig.inputs.as_slice() else {
             return Err(PredictBodyError::InstancesNotNamed {
@@ -381,12 +418,12 @@ fn row_inputs(
         if rows.iter().any(|row| named(row).is_some()) {
             return Err(PredictBodyError::MixedInstances.into());
         }
-        let refs: Vec<&Value> = rows.iter().collect();
-        let tensor = decode_rows(&refs, spec.dtype, limits).map_err(|e| e.in_input(&spec.name))?;
+        let tensor = decode_rows(rows, spec.dtype, limits).map_err(|e| e.in_input(&spec.name))?;
         return Ok(vec![(spec.name.clone(), tensor)]);
-    }
+    };
     let mut objects = Vec::with_capacity(rows.len());
-    for (i, row) in rows.iter().enumerate() {
+    objects.push(first);
+    for (i, row) in rows.iter().enumerate().skip(1) {
         let object = named(row).ok_or(PredictBodyError::InstanceNotObject(i))?;
         objects.push(object);
     }
@@ -413,7 +450,7 @@ fn row_inputs(
         let mut values = Vec::with_capacity(objects.len());
         for (i, object) in objects.iter().enumerate() {
             match object.get(&spec.name) {
-                Some(value) => values.push(value),
+                Some(value) => values.push(*value),
                 None if i == 0 => {
                     return Err(RequestError::MissingInput {
                         name: spec.name.clone(),
@@ -439,7 +476,7 @@ fn row_inputs(
 
 fn column_inputs(
     sig: &Signature,
-    columns: &Value,
+    columns: &RawValue,
     infer: &InferService,
 ) -> Result<Vec<NamedTensor>, Error> {
     let limits = infer.limits();

@@ -1,0 +1,195 @@
+//! gzip on the HTTP port. A request body sent with `Content-Encoding: gzip` is inflated before
+//! any handler sees it, and the inflated size counts against `--max-request-bytes`, so a small
+//! compressed body cannot expand past the limit (a gzip bomb is refused with 413 as soon as
+//! the output passes it). A response is deflated when the client sends `Accept-Encoding: gzip`
+//! and the body is large enough for compression to pay.
+
+use std::io::Read;
+
+use axum::body::{to_bytes, Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+
+use super::rest_util::RestError;
+
+/// Below this many bytes a gzip header and trailer cost more than they save.
+const MIN_COMPRESSED_RESPONSE: usize = 1024;
+
+/// The middleware: `limit` is `--max-request-bytes`.
+pub async fn gzip(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let accepts_gzip = accepts_gzip(request.headers());
+    let request = match inflate_request(request, limit).await {
+        Ok(request) => request,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let response = next.run(request).await;
+    if accepts_gzip {
+        deflate_response(response).await
+    } else {
+        response
+    }
+}
+
+async fn inflate_request(request: Request, limit: usize) -> Result<Request, RestError> {
+    let encoding = match request.headers().get(header::CONTENT_ENCODING) {
+        None => return Ok(request),
+        Some(value) => value
+            .to_str()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase(),
+    };
+    match encoding.as_str() {
+        "" | "identity" => return Ok(request),
+        "gzip" | "x-gzip" => {}
+        other => {
+            return Err(RestError::with_status(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("Content-Encoding '{other}' is not supported; send gzip or identity"),
+            ))
+        }
+    }
+    let (mut parts, body) = request.into_parts();
+    let compressed = to_bytes(body, limit).await.map_err(|_| too_large(limit))?;
+    let inflated = inflate(&compressed, limit)?;
+    parts.headers.remove(header::CONTENT_ENCODING);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(inflated.len()));
+    Ok(Request::from_parts(parts, Body::from(inflated)))
+}
+
+/// Inflates `compressed`, stopping as soon as the output passes `limit`.
+fn inflate(compressed: &[u8], limit: usize) -> Result<Bytes, RestError> {
+    let mut inflated = Vec::with_capacity(compressed.len().saturating_mul(4).min(limit));
+    let reader = GzDecoder::new(compressed);
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    reader.take(cap).read_to_end(&mut inflated).map_err(|err| {
+        RestError::with_status(
+            StatusCode::BAD_REQUEST,
+            format!("the gzip request body is corrupt: {err}"),
+        )
+    })?;
+    if inflated.len() > limit {
+        return Err(too_large(limit));
+    }
+    Ok(Bytes::from(inflated))
+}
+
+fn too_large(limit: usize) -> RestError {
+    RestError::with_status(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the request body, once inflated, is larger than the limit of {limit} bytes"),
+    )
+}
+
+/// Whether `Accept-Encoding` lists gzip (or `*`) without `q=0`.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|item| {
+            let mut fields = item.split(';').map(str::trim);
+            let coding = fields.next().unwrap_or_default();
+            let refused = fields.any(|f| {
+                f.strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
+}
+
+async fn deflate_response(response: Response) -> Response {
+    if response.headers().contains_key(header::CONTENT_ENCODING) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    // Responses here are buffered already (JSON, metrics text, binary tensor data).
+    let Ok(plain) = to_bytes(body, usize::MAX).await else {
+        return RestError::with_status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the response body could not be read for compression",
+        )
+        .into_response();
+    };
+    parts
+        .headers
+        .append(header::VARY, HeaderValue::from_static("accept-encoding"));
+    if plain.len() < MIN_COMPRESSED_RESPONSE {
+        return Response::from_parts(parts, Body::from(plain));
+    }
+    let mut encoder = GzEncoder::new(Vec::with_capacity(plain.len() / 3), Compression::fast());
+    let compressed =
+        std::io::Write::write_all(&mut encoder, &plain).and_then(|()| encoder.finish());
+    match compressed {
+        Ok(compressed) => {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            parts
+                .headers
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            Response::from_parts(parts, Body::from(compressed))
+        }
+        Err(_) => Response::from_parts(parts, Body::from(plain)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gzip_bytes(plain: &[u8]) -> Vec<u8> {
+        let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
+        let _ = std::io::Write::write_all(&mut encoder, plain);
+        encoder.finish().unwrap_or_default()
+    }
+
+    #[test]
+    fn inflates_within_the_limit() {
+        let body = gzip_bytes(b"{\"instances\": [1]}");
+        assert_eq!(
+            inflate(&body, 100).ok(),
+            Some(Bytes::from_static(b"{\"instances\": [1]}"))
+        );
+    }
+
+    #[test]
+    fn a_bomb_stops_at_the_limit() {
+        let bomb = gzip_bytes(&vec![0u8; 10 << 20]);
+        assert!(bomb.len() < 20_000);
+        let refusal = inflate(&bomb, 1 << 20)
+            .err()
+            .map(|e| e.into_response().status());
+        assert_eq!(refusal, Some(StatusCode::PAYLOAD_TOO_LARGE));
+    }
+
+    #[test]
+    fn corrupt_gzip_is_a_bad_request() {
+        let refusal = inflate(b"\x1f\x8b\x08garbage", 100)
+            .err()
+            .map(|e| e.into_response().status());
+        assert_eq!(refusal, Some(StatusCode::BAD_REQUEST));
+    }
+
+    #[test]
+    fn accept_encoding_is_read_with_its_weights() {
+        let accepts = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(value));
+            accepts_gzip(&headers)
+        };
+        assert!(accepts("gzip"));
+        assert!(accepts("br, GZIP;q=0.5"));
+        assert!(accepts("*"));
+        assert!(!accepts("gzip;q=0"));
+        assert!(!accepts("br, deflate"));
+    }
+}

@@ -1,0 +1,510 @@
+//! Tensors decoded straight from JSON text into the typed buffer the runtime receives.
+//!
+//! Request envelopes keep tensor data as borrowed raw JSON ([`RawValue`]). Once the dtype
+//! (and, for KServe, the shape) is known, a serde visitor walks that text once: each number
+//! is converted as it is read and pushed into a `Vec` of the element type, and the nesting is
+//! checked as it goes. No `serde_json::Value` tree is built, so memory is the tensor itself
+//! plus the nesting depth. serde_json bounds the depth (128 levels), so deep nesting is an
+//! error, not a stack overflow.
+
+use base64::Engine;
+use bytes::Bytes;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use super::json_values::{Leaf, Values};
+use crate::tensor::{checked_byte_len, element_count, DataType, DecodeError, DecodeLimits, Tensor};
+
+/// Decodes KServe `data`: the elements in row-major order, flat or nested in any way, filling
+/// the declared `shape`.
+pub fn decode_flat(
+    json: &RawValue,
+    shape: Vec<usize>,
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Result<Tensor, DecodeError> {
+    checked_byte_len(dtype, &shape, limits)?;
+    let count = element_count(&shape)?;
+    // Every element takes at least two bytes of text ("0,"), so the text, not the shape a
+    // client claims, bounds what is reserved.
+    let capacity = count.min(json.get().len() / 2 + 1);
+    let mut state = State::new(dtype, capacity, Nesting::Free { max_leaves: count });
+    walk(json, &mut state, 0)?;
+    if state.leaves != count {
+        return Err(DecodeError::ElementCountMismatch {
+            shape,
+            expected: count,
+            actual: state.leaves,
+        });
+    }
+    state.values.into_tensor(shape)
+}
+
+/// Decodes one JSON value (nested arrays or a scalar) as a whole tensor; the shape is that of
+/// the arrays, which must be rectangular.
+pub fn decode_value(
+    json: &RawValue,
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Result<Tensor, DecodeError> {
+    let mut state = State::new(dtype, 0, Nesting::rectangular());
+    walk(json, &mut state, 0)?;
+    state.finish(limits)
+}
+
+/// Decodes `rows` stacked along a new leading dimension (TF Serving's row format): each row
+/// must have the shape of the first.
+pub fn decode_rows(
+    rows: &[&RawValue],
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Result<Tensor, DecodeError> {
+    let mut state = State::new(dtype, 0, Nesting::rectangular());
+    // The rows are the elements of an array at depth 0 that is not in the text.
+    state.open(0)?;
+    for row in rows {
+        walk(row, &mut state, 1)?;
+    }
+    state.close(0, rows.len())?;
+    state.finish(limits)
+}
+
+fn walk(json: &RawValue, state: &mut State, depth: usize) -> Result<(), DecodeError> {
+    let mut deserializer = serde_json::Deserializer::from_str(json.get());
+    Level { state, depth }
+        .deserialize(&mut deserializer)
+        .map_err(|err| {
+            state
+                .error
+                .take()
+                .unwrap_or_else(|| DecodeError::Malformed(format!("invalid tensor JSON: {err}")))
+        })
+}
+
+/// How the arrays may nest.
+enum Nesting {
+    /// KServe: any nesting; only the element count matters. Elements past `max_leaves` are
+    /// counted (for the error message) but not kept.
+    Free { max_leaves: usize },
+    /// TF Serving: the arrays form a rectangle. `rank` is fixed by the first leaf (or empty
+    /// array); `dims[d]` by the first array at depth `d` to close.
+    Rectangular {
+        rank: Option<usize>,
+        dims: Vec<Option<usize>>,
+    },
+}
+
+impl Nesting {
+    fn rectangular() -> Self {
+        Self::Rectangular {
+            rank: None,
+            dims: Vec::new(),
+        }
+    }
+}
+
+/// The decoder's state, shared by every level of the walk.
+struct State {
+    values: Values,
+    nesting: Nesting,
+    leaves: usize,
+    /// The first failure, kept here because serde's error type cannot carry it.
+    error: Option<DecodeError>,
+}
+
+impl State {
+    fn new(dtype: DataType, capacity: usize, nesting: Nesting) -> Self {
+        Self {
+            values: Values::with_capacity(dtype, capacity),
+            nesting,
+            leaves: 0,
+            error: None,
+        }
+    }
+
+    fn fail<E: de::Error>(&mut self, err: DecodeError) -> E {
+        let message = err.to_string();
+        self.error = Some(err);
+        E::custom(message)
+    }
+
+    /// An array opens at `depth`.
+    fn open(&mut self, depth: usize) -> Result<(), DecodeError> {
+        match &self.nesting {
+            Nesting::Rectangular {
+                rank: Some(rank), ..
+            } if depth >= *rank => Err(self.ragged()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The array at `depth` has reached `len` elements so far.
+    fn grow(&mut self, depth: usize, len: usize) -> Result<(), DecodeError> {
+        match &self.nesting {
+            Nesting::Rectangular { dims, .. }
+                if dims.get(depth).copied().flatten().is_some_and(|d| len > d) =>
+            {
+                Err(self.ragged())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The array at `depth` closes with `len` elements.
+    fn close(&mut self, depth: usize, len: usize) -> Result<(), DecodeError> {
+        let Nesting::Rectangular { rank, dims } = &mut self.nesting else {
+            return Ok(());
+        };
+        if dims.len() <= depth {
+            dims.resize(depth + 1, None);
+        }
+        match dims.get(depth).copied().flatten() {
+            Some(known) if known != len => return Err(self.ragged()),
+            Some(_) => {}
+            None => {
+                if let Some(slot) = dims.get_mut(depth) {
+                    *slot = Some(len);
+                }
+                // An empty array before any leaf fixes the rank: `[[], []]` is 2 x 0.
+                if len == 0 && rank.is_none() {
+                    *rank = Some(depth + 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A leaf (number, string, boolean, null or object) sits at `depth`.
+    fn place_leaf(&mut self, depth: usize) -> Result<(), DecodeError> {
+        self.leaves += 1;
+        match &mut self.nesting {
+            Nesting::Free { .. } => Ok(()),
+            Nesting::Rectangular { rank, .. } => match *rank {
+                None => {
+                    *rank = Some(depth);
+                    Ok(())
+                }
+                Some(r) if r == depth => Ok(()),
+                Some(_) => Err(self.ragged()),
+            },
+        }
+    }
+
+    fn push<E: de::Error>(&mut self, depth: usize, leaf: Leaf<'_>) -> Result<(), E> {
+        if let Err(err) = self.place_leaf(depth) {
+            return Err(self.fail(err));
+        }
+        if let Nesting::Free { max_leaves } = self.nesting {
+            if self.leaves > max_leaves {
+                return Ok(());
+            }
+        }
+        match self.values.push(leaf) {
+            Ok(()) => Ok(()),
+            Err(err) => Err(self.fail(err)),
+        }
+    }
+
+    fn ragged(&self) -> DecodeError {
+        let shape = match &self.nesting {
+            Nesting::Rectangular { rank, dims } => {
+                let known = rank.unwrap_or(dims.len());
+                let dims: Vec<String> = (0..known)
+                    .map(|d| match dims.get(d).copied().flatten() {
+                        Some(n) => n.to_string(),
+                        None => "_".to_owned(),
+                    })
+                    .collect();
+                format!("[{}]", dims.join(", "))
+            }
+            Nesting::Free { .. } => "[]".to_owned(),
+        };
+        DecodeError::Malformed(format!(
+            "the JSON arrays are ragged or nested unevenly: every list must have the same length at each depth (expected shape {shape})"
+        ))
+    }
+
+    /// The tensor, with the shape the arrays had.
+    fn finish(self, limits: &DecodeLimits) -> Result<Tensor, DecodeError> {
+        let Nesting::Rectangular { rank, dims } = self.nesting else {
+            return Err(DecodeError::Malformed("no shape was inferred".into()));
+        };
+        let shape: Vec<usize> = dims
+            .into_iter()
+            .take(rank.unwrap_or(0))
+            .map(Option::unwrap_or_default)
+            .collect();
+        checked_byte_len(self.values.dtype(), &shape, limits)?;
+        self.values.into_tensor(shape)
+    }
+}
+
+/// One level of the walk: the value at `depth` (0 is the value handed to [`walk`]).
+struct Level<'s> {
+    state: &'s mut State,
+    depth: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Level<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Level<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a tensor element or an array of them")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Level { state, depth } = self;
+        if let Err(err) = state.open(depth) {
+            return Err(state.fail(err));
+        }
+        let mut len = 0usize;
+        while seq
+            .next_element_seed(Level {
+                state: &mut *state,
+                depth: depth + 1,
+            })?
+            .is_some()
+        {
+            len += 1;
+            if let Err(err) = state.grow(depth, len) {
+                return Err(state.fail(err));
+            }
+        }
+        match state.close(depth, len) {
+            Ok(()) => Ok(()),
+            Err(err) => Err(state.fail(err)),
+        }
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.state.push(self.depth, Leaf::Bool(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.state.push(self.depth, Leaf::U64(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.state.push(self.depth, Leaf::I64(v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.state.push(self.depth, Leaf::F64(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.state.push(self.depth, Leaf::Str(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.state.push(self.depth, Leaf::Null)
+    }
+
+    /// An object is a leaf: `{"b64": "..."}` for a string tensor, a type error otherwise.
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Level { state, depth } = self;
+        if state.values.dtype() != DataType::String {
+            return state.push(depth, Leaf::Object);
+        }
+        let first = map.next_key::<String>()?;
+        if first.as_deref() != Some("b64") {
+            return state.push(depth, Leaf::Object);
+        }
+        let encoded = map.next_value::<&RawValue>()?;
+        if map.next_key::<de::IgnoredAny>()?.is_some() {
+            return state.push(depth, Leaf::Object);
+        }
+        let bytes = match base64_leaf(encoded) {
+            Ok(bytes) => bytes,
+            Err(err) => return Err(state.fail(err)),
+        };
+        state.push(depth, Leaf::Binary(bytes))
+    }
+}
+
+fn base64_leaf(encoded: &RawValue) -> Result<Bytes, DecodeError> {
+    let text: String = serde_json::from_str(encoded.get())
+        .map_err(|_| DecodeError::Malformed("\"b64\" must be a string".into()))?;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map(Bytes::from)
+        .map_err(|err| DecodeError::Malformed(format!("invalid base64 in \"b64\": {err}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Box<RawValue> {
+        RawValue::from_string(text.to_owned()).unwrap_or_else(|err| panic!("{err}"))
+    }
+
+    fn limits() -> DecodeLimits {
+        DecodeLimits::default()
+    }
+
+    fn error(result: Result<Tensor, DecodeError>) -> String {
+        result.err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn rows_stack_along_a_new_dimension() -> Result<(), DecodeError> {
+        let (a, b) = (raw("[1.0, 2.0]"), raw("[3, 4]"));
+        let tensor = decode_rows(&[&a, &b], DataType::F32, &limits())?;
+        assert_eq!(tensor.shape(), &[2, 2]);
+        assert_eq!(&*tensor.view::<f32>()?, &[1.0, 2.0, 3.0, 4.0]);
+        Ok(())
+    }
+
+    #[test]
+    fn ragged_arrays_are_refused() {
+        for text in [
+            "[[1, 2], [3]]",
+            "[[1], [2, 3]]",
+            "[[1, 2], 3]",
+            "[1, [2]]",
+            "[[], [1]]",
+        ] {
+            let err = error(decode_value(&raw(text), DataType::I64, &limits()));
+            assert!(err.contains("ragged"), "{text}: {err}");
+        }
+        let (a, b) = (raw("[1, 2]"), raw("[1, 2, 3]"));
+        assert!(decode_rows(&[&a, &b], DataType::I64, &limits()).is_err());
+    }
+
+    #[test]
+    fn shapes_follow_the_arrays() -> Result<(), DecodeError> {
+        for (text, shape) in [
+            ("7", vec![]),
+            ("[]", vec![0]),
+            ("[[], []]", vec![2, 0]),
+            ("[[[1], [2]]]", vec![1, 2, 1]),
+        ] {
+            let tensor = decode_value(&raw(text), DataType::I32, &limits())?;
+            assert_eq!(tensor.shape(), &shape[..], "{text}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn flat_data_fills_the_declared_shape_whatever_the_nesting() -> Result<(), DecodeError> {
+        let tensor = decode_flat(
+            &raw("[[1, 2], [3, [4]]]"),
+            vec![2, 2],
+            DataType::U8,
+            &limits(),
+        )?;
+        assert_eq!(tensor.bytes().map(|b| b.to_vec()), Some(vec![1, 2, 3, 4]));
+        let err = error(decode_flat(
+            &raw("[1, 2, 3]"),
+            vec![2],
+            DataType::U8,
+            &limits(),
+        ));
+        assert!(err.contains("2 elements but 3"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_huge_declared_shape_reserves_nothing_the_text_cannot_fill() {
+        let limits = DecodeLimits {
+            max_tensor_bytes: usize::MAX,
+        };
+        let err = error(decode_flat(
+            &raw("[1]"),
+            vec![1 << 40],
+            DataType::U8,
+            &limits,
+        ));
+        assert!(err.contains("elements but 1"), "{err}");
+    }
+
+    #[test]
+    fn leaves_must_fit_the_dtype() {
+        for (text, dtype, found) in [
+            (r#"["x"]"#, DataType::F32, "\"x\""),
+            ("[1.5]", DataType::I64, "1.5"),
+            ("[1]", DataType::Bool, "1"),
+            ("[300]", DataType::U8, "300"),
+            ("[-1]", DataType::U32, "-1"),
+            ("[1]", DataType::String, "1"),
+            ("[null]", DataType::F64, "null"),
+            (r#"[{"a": 1}]"#, DataType::I8, "an object"),
+            (
+                r#"[{"b64": "AA==", "x": 1}]"#,
+                DataType::String,
+                "an object",
+            ),
+        ] {
+            let err = error(decode_value(&raw(text), dtype, &limits()));
+            assert!(
+                err.contains("expected") && err.ends_with(found),
+                "{text} as {dtype}: {err}"
+            );
+        }
+        let err = error(decode_value(
+            &raw(r#"[{"b64": "!!"}]"#),
+            DataType::String,
+            &limits(),
+        ));
+        assert!(err.contains("base64"), "{err}");
+    }
+
+    #[test]
+    fn strings_and_b64() -> Result<(), DecodeError> {
+        let tensor = decode_value(
+            &raw(r#"["hi", {"b64": "/wE="}]"#),
+            DataType::String,
+            &limits(),
+        )?;
+        let expected = [Bytes::from_static(b"hi"), Bytes::from_static(&[0xff, 1])];
+        assert_eq!(tensor.string_elements(), Some(&expected[..]));
+        Ok(())
+    }
+
+    #[test]
+    fn non_finite_spellings_are_floats() -> Result<(), DecodeError> {
+        let tensor = decode_value(
+            &raw(r#"["NaN", "-Infinity", 1e308]"#),
+            DataType::F64,
+            &limits(),
+        )?;
+        let values = tensor.view::<f64>()?;
+        assert!(values[0].is_nan() && values[1] == f64::NEG_INFINITY && values[2] == 1e308);
+        Ok(())
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_crash() {
+        // The envelope keeps such text as it is; the walk refuses it at serde_json's depth limit.
+        let text = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+        let err = error(decode_value(&raw(&text), DataType::I8, &limits()));
+        assert!(err.contains("recursion"), "{err}");
+        let err = error(decode_flat(&raw(&text), vec![1], DataType::I8, &limits()));
+        assert!(err.contains("recursion"), "{err}");
+    }
+
+    #[test]
+    fn tensors_beyond_the_limit_are_refused() {
+        let limits = DecodeLimits {
+            max_tensor_bytes: 8,
+        };
+        let err = error(decode_value(&raw("[1, 2, 3]"), DataType::F32, &limits));
+        assert!(err.contains("limit"), "{err}");
+        let err = error(decode_flat(
+            &raw("[1, 2, 3]"),
+            vec![3],
+            DataType::F32,
+            &limits,
+        ));
+        assert!(err.contains("limit"), "{err}");
+    }
+}
