@@ -62,6 +62,9 @@ pub(super) async fn run_infer(
         version,
         ..decode_infer_body(&header, binary, s.limits())?
     };
+    // The JSON text is decoded: let it go before the model runs and the answer is written, so
+    // a large request never holds its body and its answer at once.
+    drop(header);
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let response = infer(s, decoded, peer, context).await?;
     Ok(encode_response(&response)?)
