@@ -11,7 +11,10 @@ use crate::repository::ConfineError;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
 use crate::version::VersionError;
-use crate::wire_error::PredictBodyError;
+use crate::wire_error::{
+    BodyError, InferRequestError, ParamError, PredictBodyError, ShmRequestError,
+    TfServingRequestError,
+};
 
 pub use crate::error_kind::ErrorKind;
 
@@ -39,6 +42,16 @@ pub enum Error {
     Version(#[from] VersionError),
     #[error(transparent)]
     PredictBody(#[from] PredictBodyError),
+    #[error(transparent)]
+    Body(#[from] BodyError),
+    #[error(transparent)]
+    InferRequest(#[from] InferRequestError),
+    #[error(transparent)]
+    Param(#[from] ParamError),
+    #[error(transparent)]
+    ShmRequest(#[from] ShmRequestError),
+    #[error(transparent)]
+    TfServingRequest(#[from] TfServingRequestError),
     /// The decoded request does not fit its signature.
     #[error(transparent)]
     Request(#[from] RequestError),
@@ -96,6 +109,11 @@ impl Error {
             Self::Request(err) => err.kind(),
             Self::Version(_) => ErrorKind::InvalidArgument,
             Self::PredictBody(err) => err.kind(),
+            Self::Body(err) => err.kind(),
+            Self::InferRequest(err) => err.kind(),
+            Self::Param(err) => err.kind(),
+            Self::ShmRequest(err) => err.kind(),
+            Self::TfServingRequest(err) => err.kind(),
             Self::Shm(err) => match err {
                 ShmError::AlreadyExists(_) => ErrorKind::AlreadyExists,
                 ShmError::NotFound(_) => ErrorKind::NotFound,

@@ -2,6 +2,14 @@
 //! request-path [`crate::error::Error`], which takes them over as bad requests, so that the
 //! protocol adapters above build typed values instead of formatting messages.
 
+mod body;
+mod kserve;
+mod model_spec;
+
+pub use body::BodyError;
+pub use kserve::{InferRequestError, ParamError, ShmRequestError};
+pub use model_spec::TfServingRequestError;
+
 use crate::error_kind::ErrorKind;
 
 /// What is wrong with a TF Serving REST `:predict` body, beyond its tensors' own decoding.

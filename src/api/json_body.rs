@@ -6,6 +6,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::wire_error::BodyError;
+
 /// A JSON object whose members are kept as unparsed text, so that large tensor data is decoded
 /// once, straight into its buffer, when the signature says what it should be.
 pub type RawObject<'a> = BTreeMap<String, &'a RawValue>;
@@ -42,16 +44,16 @@ pub fn parse_borrowed<'a, T: Deserialize<'a>>(
     }
 }
 
-/// Why a body that should be a JSON object is not, worded for the client; `None` when it
-/// starts like an object. serde's derived structs also accept a JSON array (their fields in
-/// order), so request envelopes check this first.
-pub fn not_an_object(body: &[u8]) -> Option<String> {
+/// Why a body that should be a JSON object is not; `None` when it starts like an object.
+/// serde's derived structs also accept a JSON array (their fields in order), so request
+/// envelopes check this first.
+pub fn not_an_object(body: &[u8]) -> Option<BodyError> {
     if body.trim_ascii_start().starts_with(b"{") {
         return None;
     }
     Some(match parse(body) {
-        Ok(_) => "the request body must be a JSON object".to_owned(),
-        Err(err) => format!("the request body is not valid JSON: {err}"),
+        Ok(_) => BodyError::NotObject,
+        Err(err) => BodyError::NotJson(err.to_string()),
     })
 }
 
@@ -126,10 +128,18 @@ mod tests {
     #[test]
     fn only_objects_pass_as_envelopes() {
         assert_eq!(not_an_object(b"  {\"a\": 1}"), None);
-        let array = not_an_object(b"[[1, 2]]").unwrap_or_default();
-        assert!(array.contains("must be a JSON object"), "{array}");
-        let broken = not_an_object(b"[1,").unwrap_or_default();
-        assert!(broken.contains("not valid JSON"), "{broken}");
+        let array = not_an_object(b"[[1, 2]]").map(|e| e.to_string());
+        assert_eq!(
+            array.as_deref(),
+            Some("the request body must be a JSON object")
+        );
+        let broken = not_an_object(b"[1,").map(|e| e.to_string());
+        assert!(
+            broken
+                .as_deref()
+                .is_some_and(|b| b.starts_with("the request body is not valid JSON: ")),
+            "{broken:?}"
+        );
     }
 
     #[test]

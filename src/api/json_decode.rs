@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
+use super::json_scan;
 use super::json_values::{Leaf, Values};
 use crate::tensor::{checked_byte_len, element_count, DataType, DecodeError, DecodeLimits, Tensor};
 
@@ -28,6 +29,11 @@ pub fn decode_flat(
     // Every element takes at least two bytes of text ("0,"), so the text, not the shape a
     // client claims, bounds what is reserved.
     let capacity = count.min(json.get().len() / 2 + 1);
+    if let Some(values) = json_scan::flat_numbers(json.get(), dtype, count, capacity) {
+        return values.into_tensor(shape);
+    }
+    // Anything the fast path leaves (strings, literals, a count or a value that does not fit)
+    // goes through the general walk, which accepts it or words the error.
     let mut state = State::new(dtype, capacity, Nesting::Free { max_leaves: count });
     walk(json, &mut state, 0)?;
     if state.leaves != count {

@@ -161,11 +161,14 @@ impl<'t> Elements<'t> {
 
 /// Writes `items` separated by commas; nothing when the range was outside the tensor, which
 /// its shape rules out.
+#[inline]
 fn run<T>(out: &mut Vec<u8>, items: Option<&[T]>, write: impl Fn(&mut Vec<u8>, &T)) {
-    for (i, item) in items.unwrap_or_default().iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
+    let Some((first, rest)) = items.unwrap_or_default().split_first() else {
+        return;
+    };
+    write(out, first);
+    for item in rest {
+        out.push(b',');
         write(out, item);
     }
 }
@@ -174,17 +177,20 @@ fn write_int<I: itoa::Integer>(out: &mut Vec<u8>, value: I) {
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
 
+// zmij writes the same shortest round-trip digits as ryu, in about half the time.
+#[inline]
 fn write_f32(out: &mut Vec<u8>, value: f32) {
     if value.is_finite() {
-        out.extend_from_slice(ryu::Buffer::new().format_finite(value).as_bytes());
+        out.extend_from_slice(zmij::Buffer::new().format_finite(value).as_bytes());
     } else {
         write_non_finite(out, value.is_nan(), value.is_sign_negative());
     }
 }
 
+#[inline]
 fn write_f64(out: &mut Vec<u8>, value: f64) {
     if value.is_finite() {
-        out.extend_from_slice(ryu::Buffer::new().format_finite(value).as_bytes());
+        out.extend_from_slice(zmij::Buffer::new().format_finite(value).as_bytes());
     } else {
         write_non_finite(out, value.is_nan(), value.is_sign_negative());
     }

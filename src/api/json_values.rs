@@ -21,6 +21,7 @@ pub enum Leaf<'a> {
 }
 
 impl Leaf<'_> {
+    #[inline]
     fn unsigned(&self) -> Option<u64> {
         match *self {
             Self::U64(n) => Some(n),
@@ -28,6 +29,7 @@ impl Leaf<'_> {
         }
     }
 
+    #[inline]
     fn signed(&self) -> Option<i64> {
         match *self {
             Self::U64(n) => i64::try_from(n).ok(),
@@ -36,6 +38,7 @@ impl Leaf<'_> {
         }
     }
 
+    #[inline]
     fn float(&self) -> Option<f64> {
         match *self {
             Self::U64(n) => Some(n as f64),
@@ -124,34 +127,24 @@ impl Values {
 
     /// Converts `leaf` to the element type and appends it, or says what was expected.
     pub fn push(&mut self, leaf: Leaf<'_>) -> Result<(), DecodeError> {
-        fn put<T>(out: &mut Vec<T>, value: Option<T>) -> bool {
-            value.map(|v| out.push(v)).is_some()
+        fn put<T: FromLeaf>(out: &mut Vec<T>, leaf: &Leaf<'_>) -> bool {
+            T::from_leaf(leaf).map(|v| out.push(v)).is_some()
         }
         let pushed = match self {
-            Self::Bool(out) => put(
-                out,
-                match leaf {
-                    Leaf::Bool(b) => Some(BoolByte(u8::from(b))),
-                    _ => None,
-                },
-            ),
-            Self::U8(out) => put(out, leaf.unsigned().and_then(|n| n.try_into().ok())),
-            Self::U16(out) => put(out, leaf.unsigned().and_then(|n| n.try_into().ok())),
-            Self::U32(out) => put(out, leaf.unsigned().and_then(|n| n.try_into().ok())),
-            Self::U64(out) => put(out, leaf.unsigned()),
-            Self::I8(out) => put(out, leaf.signed().and_then(|n| n.try_into().ok())),
-            Self::I16(out) => put(out, leaf.signed().and_then(|n| n.try_into().ok())),
-            Self::I32(out) => put(out, leaf.signed().and_then(|n| n.try_into().ok())),
-            Self::I64(out) => put(out, leaf.signed()),
-            Self::F16(out) => put(out, leaf.float().map(half::f16::from_f64)),
-            Self::BF16(out) => put(out, leaf.float().map(half::bf16::from_f64)),
-            Self::F32(out) => put(out, leaf.float().map(|f| f as f32)),
-            Self::F64(out) => put(out, leaf.float()),
-            Self::Str(out) => match &leaf {
-                Leaf::Str(s) => put(out, Some(Bytes::copy_from_slice(s.as_bytes()))),
-                Leaf::Binary(bytes) => put(out, Some(bytes.clone())),
-                _ => false,
-            },
+            Self::Bool(out) => put(out, &leaf),
+            Self::U8(out) => put(out, &leaf),
+            Self::U16(out) => put(out, &leaf),
+            Self::U32(out) => put(out, &leaf),
+            Self::U64(out) => put(out, &leaf),
+            Self::I8(out) => put(out, &leaf),
+            Self::I16(out) => put(out, &leaf),
+            Self::I32(out) => put(out, &leaf),
+            Self::I64(out) => put(out, &leaf),
+            Self::F16(out) => put(out, &leaf),
+            Self::BF16(out) => put(out, &leaf),
+            Self::F32(out) => put(out, &leaf),
+            Self::F64(out) => put(out, &leaf),
+            Self::Str(out) => put(out, &leaf),
         };
         if pushed {
             Ok(())
@@ -179,6 +172,80 @@ impl Values {
             Self::F32(v) => dense(shape, v),
             Self::F64(v) => dense(shape, v),
             Self::Str(v) => Tensor::strings(shape, v),
+        }
+    }
+}
+
+/// An element type and the JSON leaves it accepts (the same rules for every decoder).
+pub trait FromLeaf: Sized {
+    fn from_leaf(leaf: &Leaf<'_>) -> Option<Self>;
+}
+
+/// Integers take integer leaves in range; `U64` and `I64` are what serde_json reads them as.
+macro_rules! from_unsigned {
+    ($($t:ty),*) => {$(
+        impl FromLeaf for $t {
+            fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
+                leaf.unsigned().and_then(|n| n.try_into().ok())
+            }
+        }
+    )*};
+}
+
+macro_rules! from_signed {
+    ($($t:ty),*) => {$(
+        impl FromLeaf for $t {
+            fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
+                leaf.signed().and_then(|n| n.try_into().ok())
+            }
+        }
+    )*};
+}
+
+from_unsigned!(u8, u16, u32, u64);
+from_signed!(i8, i16, i32, i64);
+
+impl FromLeaf for BoolByte {
+    fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
+        match leaf {
+            Leaf::Bool(b) => Some(BoolByte(u8::from(*b))),
+            _ => None,
+        }
+    }
+}
+
+impl FromLeaf for half::f16 {
+    fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
+        leaf.float().map(half::f16::from_f64)
+    }
+}
+
+impl FromLeaf for half::bf16 {
+    fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
+        leaf.float().map(half::bf16::from_f64)
+    }
+}
+
+impl FromLeaf for f32 {
+    #[inline]
+    fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
+        leaf.float().map(|f| f as f32)
+    }
+}
+
+impl FromLeaf for f64 {
+    #[inline]
+    fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
+        leaf.float()
+    }
+}
+
+impl FromLeaf for Bytes {
+    fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
+        match leaf {
+            Leaf::Str(s) => Some(Bytes::copy_from_slice(s.as_bytes())),
+            Leaf::Binary(bytes) => Some(bytes.clone()),
+            _ => None,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod json_body;
 pub mod json_decode;
 #[cfg(test)]
 mod json_round_trip;
+mod json_scan;
 pub mod json_tensor;
 mod json_values;
 pub mod kserve;

@@ -6,10 +6,17 @@
 pub mod classify;
 pub mod examples;
 pub mod grpc;
+mod grpc_metadata;
+mod grpc_model_service;
+mod grpc_predict;
 pub mod multi_inference;
 pub mod regress;
 pub mod rest;
 pub mod rest_examples;
+mod rest_metadata;
+mod rest_path;
+mod rest_predict;
+mod rest_status;
 /// TF Serving's tensor codec lives with the tensor type, below the repository, whose warmup
 /// replay decodes the same protos.
 pub use crate::tensor::tensor_proto;

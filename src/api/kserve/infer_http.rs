@@ -1,0 +1,153 @@
+//! KServe v2 HTTP inference: `POST /v2/models/{name}[/versions/{version}]/infer`, with
+//! Triton's binary tensor data extension. The JSON body is decoded in `infer_json`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+
+use super::http::{connection_peer, Connection, Reply, Shared};
+use super::infer_json::decode_infer_body;
+use super::{codec, infer, InferRequest, InferResponse};
+use crate::api::json_tensor::{write_flat, write_json_str};
+use crate::api::rest_util::raw_json_response;
+use crate::error::Error;
+use crate::infer::InferService;
+use crate::request::RequestContext;
+use crate::shm::Peer;
+use crate::wire_error::BodyError;
+
+/// Header that splits a binary-extension body into its JSON part and its tensor data.
+const HEADER_LENGTH: &str = "inference-header-content-length";
+
+pub(super) async fn infer_latest(
+    State(s): Shared,
+    Path(name): Path<String>,
+    context: Option<Extension<Arc<RequestContext>>>,
+    connection: Connection,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Reply {
+    let peer = connection_peer(connection);
+    run_infer(&s, name, String::new(), context, peer, &headers, body).await
+}
+
+pub(super) async fn infer_version(
+    State(s): Shared,
+    Path((name, version)): Path<(String, String)>,
+    context: Option<Extension<Arc<RequestContext>>>,
+    connection: Connection,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Reply {
+    let peer = connection_peer(connection);
+    run_infer(&s, name, version, context, peer, &headers, body).await
+}
+
+pub(super) async fn run_infer(
+    s: &InferService,
+    model: String,
+    version: String,
+    context: Option<Extension<Arc<RequestContext>>>,
+    peer: Peer,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Reply {
+    let (header, binary) = split_body(headers, body)?;
+    let decoded = InferRequest {
+        model,
+        version,
+        ..decode_infer_body(&header, binary, s.limits())?
+    };
+    // The JSON text is decoded: let it go before the model runs and the answer is written, so
+    // a large request never holds its body and its answer at once.
+    drop(header);
+    let context = context.as_ref().map(|Extension(context)| context.as_ref());
+    let response = infer(s, decoded, peer, context).await?;
+    Ok(encode_response(&response)?)
+}
+
+/// Splits a binary-extension body at `Inference-Header-Content-Length`.
+pub(super) fn split_body(headers: &HeaderMap, body: Bytes) -> Result<(Bytes, Bytes), Error> {
+    let Some(value) = headers.get(HEADER_LENGTH) else {
+        return Ok((body, Bytes::new()));
+    };
+    let length = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .ok_or(BodyError::HeaderLengthInvalid)?;
+    if length > body.len() {
+        return Err(BodyError::HeaderLengthPastEnd {
+            length,
+            body: body.len(),
+        }
+        .into());
+    }
+    Ok((body.slice(..length), body.slice(length..)))
+}
+
+/// JSON, or JSON followed by binary tensor data when any output asked for it.
+pub(super) fn encode_response(response: &InferResponse) -> Result<Response, Error> {
+    let mut json = Vec::with_capacity(256);
+    let mut blobs: Vec<Bytes> = Vec::new();
+    json.extend_from_slice(b"{\"model_name\":");
+    write_json_str(&mut json, &response.model_name);
+    json.extend_from_slice(b",\"model_version\":");
+    write_json_str(&mut json, &response.model_version);
+    if !response.id.is_empty() {
+        json.extend_from_slice(b",\"id\":");
+        write_json_str(&mut json, &response.id);
+    }
+    json.extend_from_slice(b",\"outputs\":[");
+    for (i, output) in response.outputs.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        json.extend_from_slice(b"{\"name\":");
+        write_json_str(&mut json, &output.name);
+        json.extend_from_slice(b",\"datatype\":\"");
+        json.extend_from_slice(codec::datatype_name(output.tensor.dtype()).as_bytes());
+        json.extend_from_slice(b"\",\"shape\":");
+        json.extend_from_slice(
+            serde_json::to_string(output.tensor.shape())
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        if output.shm.is_some() {
+            // Shared-memory outputs carry no data and, as clients expect, no parameters.
+        } else if output.binary {
+            let raw = codec::to_raw(&output.tensor);
+            json.extend_from_slice(b",\"parameters\":{\"binary_data_size\":");
+            json.extend_from_slice(raw.len().to_string().as_bytes());
+            json.push(b'}');
+            blobs.push(raw);
+        } else {
+            json.extend_from_slice(b",\"data\":");
+            write_flat(&mut json, &output.tensor)?;
+        }
+        json.push(b'}');
+    }
+    json.extend_from_slice(b"]}");
+    if blobs.is_empty() {
+        return Ok(raw_json_response(json));
+    }
+    let header_length = json.len();
+    let total = header_length + blobs.iter().map(Bytes::len).sum::<usize>();
+    let mut body = Vec::with_capacity(total);
+    body.extend_from_slice(&json);
+    for blob in &blobs {
+        body.extend_from_slice(blob);
+    }
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    headers.insert(HEADER_LENGTH, HeaderValue::from(header_length));
+    Ok(response)
+}
