@@ -169,6 +169,7 @@ pub struct ModelMetrics {
     queue_wait: Histogram,
     inference: Histogram,
     batch_size: Histogram,
+    inline_runs: Counter,
 }
 
 impl ModelMetrics {
@@ -180,6 +181,16 @@ impl ModelMetrics {
         self.inference.observe(took.as_secs_f64());
         self.batch_size.observe(rows as f64);
     }
+
+    /// Counts a request that ran on its caller's thread, without the batcher's queue.
+    pub fn count_inline_run(&self) {
+        self.inline_runs.inc();
+    }
+
+    /// Requests run on their caller's thread so far.
+    pub fn inline_runs(&self) -> u64 {
+        self.inline_runs.get()
+    }
 }
 
 impl Default for ModelMetrics {
@@ -189,6 +200,7 @@ impl Default for ModelMetrics {
             queue_wait: latency_histogram(),
             inference: latency_histogram(),
             batch_size: batch_histogram(),
+            inline_runs: Counter::default(),
         }
     }
 }
@@ -206,6 +218,7 @@ pub struct Metrics {
     batch_size: Histograms<VersionLabels>,
     queue_depth: Family<VersionLabels, Gauge>,
     instance_busy: Family<InstanceLabels, SecondsCounter>,
+    inline_runs: Family<VersionLabels, Counter>,
     in_flight: Gauge,
     refusals: Family<RefusalLabels, Counter>,
     model_loads: Family<ModelLabels, Counter>,
@@ -310,6 +323,12 @@ impl Metrics {
             "Time each instance of a model version spent running batches",
             instance_busy.clone(),
         );
+        let inline_runs = Family::<VersionLabels, Counter>::default();
+        registry.register(
+            "inline_runs",
+            "Requests of a fast model run on the calling thread, without the batcher's queue",
+            inline_runs.clone(),
+        );
         let in_flight = Gauge::default();
         registry.register(
             "requests_in_flight",
@@ -364,6 +383,7 @@ impl Metrics {
             batch_size,
             queue_depth,
             instance_busy,
+            inline_runs,
             in_flight,
             refusals,
             model_loads,
@@ -524,6 +544,7 @@ impl Metrics {
             queue_wait: self.queue_wait.get_or_create_owned(&labels),
             inference: self.inference_duration.get_or_create_owned(&labels),
             batch_size: self.batch_size.get_or_create_owned(&labels),
+            inline_runs: self.inline_runs.get_or_create_owned(&labels),
         }
     }
 
