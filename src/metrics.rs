@@ -86,7 +86,8 @@ struct StageLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     model: String,
-    version: String,
+    /// Empty for a request that resolved no model.
+    version: Option<u64>,
     protocol: &'static str,
     outcome: &'static str,
 }
@@ -95,7 +96,7 @@ struct RequestLabels {
 struct LatencyLabels {
     model: String,
     protocol: &'static str,
-    version: String,
+    version: Option<u64>,
 }
 
 /// `version` is left out when empty (a request that resolved no model): in PromQL an absent
@@ -105,8 +106,8 @@ impl EncodeLabelSet for LatencyLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
         ("model", self.model.as_str()).encode(encoder.encode_label())?;
         ("protocol", self.protocol).encode(encoder.encode_label())?;
-        if !self.version.is_empty() {
-            ("version", self.version.as_str()).encode(encoder.encode_label())?;
+        if let Some(version) = self.version {
+            ("version", version).encode(encoder.encode_label())?;
         }
         Ok(())
     }
@@ -468,25 +469,23 @@ impl Metrics {
         outcome: &'static str,
         took: std::time::Duration,
     ) {
-        let (name, version) = match model {
-            Some((name, version)) => (name.to_owned(), version.to_string()),
-            None => (String::new(), String::new()),
+        // One allocation (the model's name) per request: the labels are built once, the
+        // counter's used to look up and then moved into the histogram's.
+        let labels = RequestLabels {
+            model: model.map(|(name, _)| name.to_owned()).unwrap_or_default(),
+            version: model.map(|(_, version)| version),
+            protocol: protocol.label(),
+            outcome,
         };
+        self.requests.get_or_create(&labels).inc();
+        let RequestLabels { model, version, .. } = labels;
         self.request_duration
             .get_or_create(&LatencyLabels {
-                model: name.clone(),
-                version: version.clone(),
+                model,
+                version,
                 protocol: protocol.label(),
             })
             .observe(took.as_secs_f64());
-        self.requests
-            .get_or_create(&RequestLabels {
-                model: name,
-                version,
-                protocol: protocol.label(),
-                outcome,
-            })
-            .inc();
     }
 
     /// Requests counted so far with these labels (for tests and the benchmark).
@@ -496,14 +495,10 @@ impl Metrics {
         model: Option<(&str, u64)>,
         outcome: &'static str,
     ) -> u64 {
-        let (model, version) = match model {
-            Some((name, version)) => (name.to_owned(), version.to_string()),
-            None => (String::new(), String::new()),
-        };
         self.requests
             .get(&RequestLabels {
-                model,
-                version,
+                model: model.map(|(name, _)| name.to_owned()).unwrap_or_default(),
+                version: model.map(|(_, version)| version),
                 protocol: protocol.label(),
                 outcome,
             })
