@@ -74,6 +74,7 @@ async fn main() -> BenchResult<()> {
         default_batching: BatchSettings::default(),
         metrics: Arc::new(Metrics::new()),
         instances: 1,
+        inline_run_max: std::time::Duration::ZERO,
     };
     for format in &FORMATS {
         let version = tensorport::repository::VersionFolder {
@@ -196,6 +197,7 @@ async fn start_server(models: &Path, onnx: OnnxRuntime) -> BenchResult<String> {
         default_batching: BatchSettings::default(),
         metrics: metrics.clone(),
         instances: 1,
+        inline_run_max: std::time::Duration::ZERO,
     };
     let repository = Arc::new(ModelRepository::new(models, loader));
     repository.reconcile().await?;

@@ -101,6 +101,7 @@ async fn start_server(root: &Path) -> BenchResult<String> {
         default_batching: BatchSettings::default(),
         metrics: metrics.clone(),
         instances: 1,
+        inline_run_max: std::time::Duration::ZERO,
     };
     let repository = Arc::new(ModelRepository::new(&root.join("tests/models"), loader));
     repository.reconcile().await?;

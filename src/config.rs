@@ -93,6 +93,14 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(0..=(crate::repository::MAX_INSTANCES as u64)))]
     pub instances: u64,
 
+    /// A request that finds its model version's queue empty and an instance free runs on the
+    /// network thread, skipping the hand-off to the batcher, when the version's runs have
+    /// averaged at most this many microseconds (measured from its real runs; an unmeasured or
+    /// slower model always queues). 0: never.
+    #[arg(long, env = "TENSORPORT_INLINE_RUN_MAX_US", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub inline_run_max_us: u64,
+
     /// Async worker threads for the network side (0: one per core).
     #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,

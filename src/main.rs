@@ -152,6 +152,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             default_batching,
             metrics: metrics.clone(),
             instances,
+            inline_run_max: Duration::from_micros(args.inline_run_max_us),
         };
         let repository = ModelRepository::new(&model_dir, loader)
             .with_allowed_roots(&args.allow_model_paths)

@@ -86,7 +86,8 @@ struct StageLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
     model: String,
-    version: String,
+    /// Empty for a request that resolved no model.
+    version: Option<u64>,
     protocol: &'static str,
     outcome: &'static str,
 }
@@ -95,7 +96,7 @@ struct RequestLabels {
 struct LatencyLabels {
     model: String,
     protocol: &'static str,
-    version: String,
+    version: Option<u64>,
 }
 
 /// `version` is left out when empty (a request that resolved no model): in PromQL an absent
@@ -105,8 +106,8 @@ impl EncodeLabelSet for LatencyLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
         ("model", self.model.as_str()).encode(encoder.encode_label())?;
         ("protocol", self.protocol).encode(encoder.encode_label())?;
-        if !self.version.is_empty() {
-            ("version", self.version.as_str()).encode(encoder.encode_label())?;
+        if let Some(version) = self.version {
+            ("version", version).encode(encoder.encode_label())?;
         }
         Ok(())
     }
@@ -169,6 +170,7 @@ pub struct ModelMetrics {
     queue_wait: Histogram,
     inference: Histogram,
     batch_size: Histogram,
+    inline_runs: Counter,
 }
 
 impl ModelMetrics {
@@ -180,6 +182,16 @@ impl ModelMetrics {
         self.inference.observe(took.as_secs_f64());
         self.batch_size.observe(rows as f64);
     }
+
+    /// Counts a request that ran on its caller's thread, without the batcher's queue.
+    pub fn count_inline_run(&self) {
+        self.inline_runs.inc();
+    }
+
+    /// Requests run on their caller's thread so far.
+    pub fn inline_runs(&self) -> u64 {
+        self.inline_runs.get()
+    }
 }
 
 impl Default for ModelMetrics {
@@ -189,6 +201,7 @@ impl Default for ModelMetrics {
             queue_wait: latency_histogram(),
             inference: latency_histogram(),
             batch_size: batch_histogram(),
+            inline_runs: Counter::default(),
         }
     }
 }
@@ -206,6 +219,7 @@ pub struct Metrics {
     batch_size: Histograms<VersionLabels>,
     queue_depth: Family<VersionLabels, Gauge>,
     instance_busy: Family<InstanceLabels, SecondsCounter>,
+    inline_runs: Family<VersionLabels, Counter>,
     in_flight: Gauge,
     refusals: Family<RefusalLabels, Counter>,
     model_loads: Family<ModelLabels, Counter>,
@@ -310,6 +324,12 @@ impl Metrics {
             "Time each instance of a model version spent running batches",
             instance_busy.clone(),
         );
+        let inline_runs = Family::<VersionLabels, Counter>::default();
+        registry.register(
+            "inline_runs",
+            "Requests of a fast model run on the calling thread, without the batcher's queue",
+            inline_runs.clone(),
+        );
         let in_flight = Gauge::default();
         registry.register(
             "requests_in_flight",
@@ -364,6 +384,7 @@ impl Metrics {
             batch_size,
             queue_depth,
             instance_busy,
+            inline_runs,
             in_flight,
             refusals,
             model_loads,
@@ -448,25 +469,23 @@ impl Metrics {
         outcome: &'static str,
         took: std::time::Duration,
     ) {
-        let (name, version) = match model {
-            Some((name, version)) => (name.to_owned(), version.to_string()),
-            None => (String::new(), String::new()),
+        // One allocation (the model's name) per request: the labels are built once, the
+        // counter's used to look up and then moved into the histogram's.
+        let labels = RequestLabels {
+            model: model.map(|(name, _)| name.to_owned()).unwrap_or_default(),
+            version: model.map(|(_, version)| version),
+            protocol: protocol.label(),
+            outcome,
         };
+        self.requests.get_or_create(&labels).inc();
+        let RequestLabels { model, version, .. } = labels;
         self.request_duration
             .get_or_create(&LatencyLabels {
-                model: name.clone(),
-                version: version.clone(),
+                model,
+                version,
                 protocol: protocol.label(),
             })
             .observe(took.as_secs_f64());
-        self.requests
-            .get_or_create(&RequestLabels {
-                model: name,
-                version,
-                protocol: protocol.label(),
-                outcome,
-            })
-            .inc();
     }
 
     /// Requests counted so far with these labels (for tests and the benchmark).
@@ -476,14 +495,10 @@ impl Metrics {
         model: Option<(&str, u64)>,
         outcome: &'static str,
     ) -> u64 {
-        let (model, version) = match model {
-            Some((name, version)) => (name.to_owned(), version.to_string()),
-            None => (String::new(), String::new()),
-        };
         self.requests
             .get(&RequestLabels {
-                model,
-                version,
+                model: model.map(|(name, _)| name.to_owned()).unwrap_or_default(),
+                version: model.map(|(_, version)| version),
                 protocol: protocol.label(),
                 outcome,
             })
@@ -524,6 +539,7 @@ impl Metrics {
             queue_wait: self.queue_wait.get_or_create_owned(&labels),
             inference: self.inference_duration.get_or_create_owned(&labels),
             batch_size: self.batch_size.get_or_create_owned(&labels),
+            inline_runs: self.inline_runs.get_or_create_owned(&labels),
         }
     }
 

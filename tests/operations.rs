@@ -82,6 +82,7 @@ impl Server {
             default_batching: BatchSettings::default(),
             metrics: metrics.clone(),
             instances: 1,
+            inline_run_max: std::time::Duration::ZERO,
         };
         let repository = Arc::new(ModelRepository::new(dir, loader));
         let infer = Arc::new(InferService::new(

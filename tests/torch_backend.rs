@@ -190,6 +190,7 @@ fn a_model_without_a_signature_is_refused_with_what_to_add() -> TestResult {
         default_batching: BatchSettings::default(),
         metrics: Arc::new(Metrics::new()),
         instances: 1,
+        inline_run_max: std::time::Duration::ZERO,
     };
     let folder = VersionFolder {
         version: 1,

@@ -1,5 +1,6 @@
 //! Running one batch on a blocking thread: gather, run, scatter, and what can fail there.
 
+use super::channel::Reply;
 use super::gather::{gather, scatter};
 use super::task::Telemetry;
 use super::{BatchError, BatcherError};
@@ -32,6 +33,43 @@ impl Failure {
             }),
         }
     }
+}
+
+/// The answers to the `count` requests of a batch, in batch order.
+pub(super) fn answers(outcome: Outcome, count: usize) -> Vec<Reply> {
+    let failure = match outcome {
+        Ok(outputs) if outputs.len() == count => {
+            return outputs
+                .into_iter()
+                .map(|outputs| outputs.map_err(|failure| failure.to_error()))
+                .collect();
+        }
+        Ok(_) => Failure::Batch(BatchError::NoAnswer),
+        Err(failure) => failure,
+    };
+    (0..count).map(|_| Err(failure.to_error())).collect()
+}
+
+/// The answer to a request that ran alone.
+pub(super) fn answer(outcome: Outcome) -> Reply {
+    match outcome {
+        Ok(mut outputs) if outputs.len() == 1 => outputs
+            .pop()
+            .unwrap_or(Err(Failure::Batch(BatchError::NoAnswer)))
+            .map_err(|failure| failure.to_error()),
+        Ok(_) => Err(BatcherError::Batch(BatchError::NoAnswer)),
+        Err(failure) => Err(failure.to_error()),
+    }
+}
+
+/// The error for a run whose runtime panicked with `payload`.
+pub(super) fn panicked(payload: Box<dyn std::any::Any + Send>) -> BatchError {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    BatchError::BackendPanicked(message)
 }
 
 /// What one batch runs: its signature and outputs, and how its requests split.

@@ -1,6 +1,19 @@
-//! The request side of a batcher: admission, enqueueing, and the answer to await.
+//! The request side of a batcher: admission, enqueueing, and the answer to await; or, for a
+//! fast model with nothing queued and an instance free, the run itself.
+//!
+//! Handing a request to the actor and the answer back costs two task wake-ups and a move to
+//! a blocking thread and back: tens to hundreds of microseconds on a busy machine, far more
+//! than a small model takes to run. So [`BatcherHandle::submit`] runs such a request on the
+//! caller's thread when nothing is waiting (there is nobody to batch with or to overtake), an
+//! instance is free (taken from the same [`Instances`](super::instances::Instances) the actor
+//! takes from, so that an instance still runs one thing at a time), and the version's runs
+//! are expected to take at most [`Execution::inline_max`](super::Execution) (measured from
+//! real runs; a model not yet measured, or measured slower, always goes through the queue,
+//! so a slow model never blocks the async runtime's thread). Under load the instances are
+//! busy or requests are queued, so requests queue and merge as before.
 
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -12,7 +25,11 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use super::channel::{release, Message, Reply};
+use super::execute::{answer, panicked, Run};
 use super::policy::BatchPolicy;
+use super::request::Parts;
+use super::runner::Runner;
+use super::task::inferences;
 use super::{BatchError, BatcherError, ValidRequest};
 use crate::backend::NamedTensor;
 
@@ -25,8 +42,8 @@ pub struct BatcherHandle {
     /// Requests admitted and not yet cut into a batch or dropped. The handle counts a request
     /// in before sending it, the actor counts it out; see [`BatchPolicy::admits`].
     depth: Arc<AtomicUsize>,
-    /// How many batches the actor runs at once.
-    instances: usize,
+    /// The backend and instances, shared with the actor.
+    runner: Arc<Runner>,
     actor: JoinHandle<()>,
 }
 
@@ -51,7 +68,7 @@ impl BatcherHandle {
         policy: BatchPolicy,
         sender: mpsc::Sender<Message>,
         depth: Arc<AtomicUsize>,
-        instances: usize,
+        runner: Arc<Runner>,
         actor: JoinHandle<()>,
     ) -> Self {
         Self {
@@ -59,7 +76,7 @@ impl BatcherHandle {
             policy,
             sender,
             depth,
-            instances,
+            runner,
             actor,
         }
     }
@@ -105,9 +122,71 @@ impl BatcherHandle {
         }
     }
 
-    /// Queues `request` and waits for its outputs, in the order of `request.outputs()`.
+    /// Runs `request` and waits for its outputs, in the order of `request.outputs()`: inline
+    /// when the model is fast and idle (see the module's documentation), else through the
+    /// queue as [`BatcherHandle::enqueue`] does.
     pub async fn submit(&self, request: ValidRequest) -> Result<Vec<NamedTensor>, BatcherError> {
-        self.enqueue(request)?.await
+        match self.inline_instance(&request) {
+            Some(instance) => self.run_inline(instance, request),
+            None => self.enqueue(request)?.await,
+        }
+    }
+
+    /// An instance for `request` to run on inline, if it may.
+    fn inline_instance(&self, request: &ValidRequest) -> Option<usize> {
+        let bound = self.runner.inline_max;
+        // A request past its deadline, or for a stopped batcher, takes the queue's path to
+        // its error.
+        if bound.is_zero()
+            || self.depth.load(Ordering::Acquire) > 0
+            || self.sender.is_closed()
+            || request
+                .deadline()
+                .is_some_and(|deadline| deadline <= Instant::now())
+        {
+            return None;
+        }
+        let rows = inferences(request.inputs());
+        self.runner.instances.take_for_inline(rows, bound)
+    }
+
+    /// Runs `request` on this thread as `instance`, which [`Self::inline_instance`] took.
+    fn run_inline(&self, instance: usize, request: ValidRequest) -> Reply {
+        let Parts {
+            signature,
+            inputs,
+            outputs,
+            targets,
+            ..
+        } = request.into_parts();
+        let rows = inferences(&inputs);
+        // Rows per request, for splitting outputs: one request, nothing to split.
+        let split = [usize::try_from(rows).unwrap_or(usize::MAX)];
+        self.runner.record_queue_wait(std::time::Duration::ZERO);
+        self.runner.histograms.count_inline_run();
+        let run = Run {
+            signature,
+            outputs: &outputs,
+            targets: &targets,
+            rows: &split,
+            inferences: rows,
+        };
+        // A panicking runtime fails this request, as it fails a batch on a blocking thread,
+        // and the instance comes back either way.
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            self.runner.run(instance, run, vec![inputs])
+        }));
+        self.runner
+            .instances
+            .give_back_from_outside(instance, &self.depth);
+        match outcome {
+            Ok(outcome) => answer(outcome),
+            Err(payload) => {
+                let err = panicked(payload);
+                tracing::error!(model = %self.model, "{err}");
+                Err(BatcherError::Batch(err))
+            }
+        }
     }
 
     /// Requests admitted and waiting for a batch (not counting the batch that runs).
@@ -120,9 +199,14 @@ impl BatcherHandle {
         &self.policy
     }
 
+    /// Requests that ran on their caller's thread, without the queue.
+    pub fn inline_runs(&self) -> u64 {
+        self.runner.histograms.inline_runs()
+    }
+
     /// How many batches of this version run at once.
     pub fn instances(&self) -> usize {
-        self.instances
+        self.runner.instance_count()
     }
 
     /// Closes the queue and waits until everything queued has been answered.

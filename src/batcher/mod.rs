@@ -8,6 +8,9 @@
 //! reply <─ oneshot <─ scatter (gather.rs): split outputs by each request's rows
 //! ```
 //!
+//! A fast model's request that finds the queue empty and an instance free skips all of this
+//! and runs on the caller's thread (handle.rs says when, instances.rs how "fast" is measured).
+//!
 //! A batcher takes only a [`ValidRequest`], whose constructor checks it against its signature
 //! and resolves its output list; the batcher trusts both and only checks what merging needs:
 //! that the requests of one batch agree on everything but dimension 0, and that the outputs
@@ -17,9 +20,13 @@ mod channel;
 mod execute;
 mod gather;
 mod handle;
+#[cfg(test)]
+mod inline_tests;
+mod instances;
 mod policy;
 mod priority;
 mod request;
+mod runner;
 mod settings;
 mod task;
 #[cfg(test)]
@@ -30,6 +37,7 @@ pub use handle::{BatcherHandle, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Next, Queued, Step};
 pub use priority::Priority;
 pub use request::{RequestError, ValidRequest};
+pub use runner::Execution;
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
 pub use task::{Batcher, Telemetry};
 

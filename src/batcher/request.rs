@@ -3,8 +3,6 @@
 //! The checks live in the constructor, so a value of the type is the proof that they ran:
 //! nothing downstream re-checks, and nothing can reach a batcher without them.
 
-use std::collections::HashSet;
-
 use tokio::time::Instant;
 
 use super::Priority;
@@ -171,13 +169,20 @@ impl ValidRequest {
 }
 
 fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), RequestError> {
-    let mut seen = HashSet::new();
+    let mut seen = Seen::new(sig.inputs.len());
     for (name, tensor) in inputs {
-        let spec = sig.input(name).ok_or_else(|| RequestError::UnknownInput {
-            name: name.clone(),
-            expected: sig.input_names(),
-        })?;
-        if !seen.insert(name.as_str()) {
+        let Some((index, spec)) = sig
+            .inputs
+            .iter()
+            .enumerate()
+            .find(|(_, spec)| spec.name == *name)
+        else {
+            return Err(RequestError::UnknownInput {
+                name: name.clone(),
+                expected: sig.input_names(),
+            });
+        };
+        if !seen.insert(index) {
             return Err(RequestError::DuplicateInput(name.clone()));
         }
         if tensor.dtype() != spec.dtype {
@@ -195,10 +200,11 @@ fn check_inputs(sig: &Signature, inputs: &[NamedTensor]) -> Result<(), RequestEr
             });
         }
     }
-    if let Some(missing) = sig
+    if let Some((_, missing)) = sig
         .inputs
         .iter()
-        .find(|spec| !seen.contains(spec.name.as_str()))
+        .enumerate()
+        .find(|(index, _)| !seen.contains(*index))
     {
         return Err(RequestError::MissingInput {
             name: missing.name.clone(),
@@ -212,19 +218,59 @@ fn select_outputs(sig: &Signature, filter: Vec<String>) -> Result<Vec<String>, R
     if filter.is_empty() {
         return Ok(sig.outputs.iter().map(|spec| spec.name.clone()).collect());
     }
-    let mut seen = HashSet::new();
+    let mut seen = Seen::new(sig.outputs.len());
     for name in &filter {
-        if sig.output(name).is_none() {
+        let Some(index) = sig.outputs.iter().position(|spec| spec.name == *name) else {
             return Err(RequestError::UnknownOutput {
                 name: name.clone(),
                 expected: sig.output_names(),
             });
-        }
-        if !seen.insert(name.as_str()) {
+        };
+        if !seen.insert(index) {
             return Err(RequestError::DuplicateOutput(name.clone()));
         }
     }
     Ok(filter)
+}
+
+/// Which of a signature's inputs (or outputs) a request named, by index: a bit mask for the
+/// usual few, so that checking a request allocates nothing; a list past 64.
+struct Seen {
+    mask: u64,
+    many: Vec<bool>,
+}
+
+impl Seen {
+    fn new(count: usize) -> Self {
+        Self {
+            mask: 0,
+            many: if count > 64 {
+                vec![false; count]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Marks `index` (below the count given to `new`); false when it was marked already.
+    fn insert(&mut self, index: usize) -> bool {
+        match self.many.get_mut(index) {
+            Some(seen) => !std::mem::replace(seen, true),
+            None => {
+                let bit = 1u64.checked_shl(index as u32).unwrap_or(0);
+                let fresh = self.mask & bit == 0;
+                self.mask |= bit;
+                fresh
+            }
+        }
+    }
+
+    fn contains(&self, index: usize) -> bool {
+        match self.many.get(index) {
+            Some(seen) => *seen,
+            None => self.mask & 1u64.checked_shl(index as u32).unwrap_or(0) != 0,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -313,5 +359,19 @@ mod tests {
             .with_priority(Priority::High);
         assert_eq!(valid.deadline(), Some(at));
         assert_eq!(valid.priority(), Priority::High);
+    }
+
+    #[test]
+    fn seen_marks_each_index_once_below_and_past_64() {
+        for count in [3, 64, 200] {
+            let mut seen = Seen::new(count);
+            for index in [0, count / 2, count - 1] {
+                assert!(!seen.contains(index));
+                assert!(seen.insert(index), "{count}: {index}");
+                assert!(!seen.insert(index), "{count}: {index} twice");
+                assert!(seen.contains(index));
+            }
+            assert!(count < 4 || !seen.contains(1));
+        }
     }
 }

@@ -3,12 +3,12 @@
 //! One task per model version receives requests from a bounded channel, asks the queue what to
 //! do, and runs at most one batch per instance at a time, each on a blocking thread. Requests
 //! that arrive while every instance is busy wait and form the next batch, which is when
-//! batching pays.
-
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+//! batching pays. Instances are taken from [`Instances`](super::instances::Instances), which requests that run inline
+//! (see handle.rs) share, so that an instance runs one thing at a time whoever started it.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{Id, JoinError, JoinSet};
@@ -16,14 +16,15 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use super::channel::{release, Message, Reply};
-use super::execute::{execute, Failure, Outcome, Run};
+use super::execute::{answers, panicked, Outcome, Run};
 use super::gather::{batch_key, BatchKey};
 use super::handle::BatcherHandle;
 use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::request::Parts;
+use super::runner::{Execution, Runner};
 use super::{BatchError, BatchSettings, BatcherError};
 use crate::backend::{Backend, NamedTensor, OutputTarget};
-use crate::metrics::{Metrics, ModelMetrics, SecondsCounter};
+use crate::metrics::Metrics;
 use crate::stats::ModelStats;
 
 /// A queued request, less what the policy keeps beside it.
@@ -49,40 +50,29 @@ struct InFlight {
     instance: usize,
 }
 
-/// The batches running now, at most one per instance.
+/// The batches the actor runs now, at most one per instance.
+#[derive(Default)]
 struct Running {
     tasks: JoinSet<Outcome>,
     batches: HashMap<Id, InFlight>,
-    /// Instances without a batch; the lowest index is taken first, so that with light load
-    /// the same instance (and its warm caches) does the work.
-    free: Vec<usize>,
 }
 
 impl Running {
-    fn new(instances: usize) -> Self {
-        Self {
-            tasks: JoinSet::new(),
-            batches: HashMap::new(),
-            free: (0..instances.max(1)).rev().collect(),
-        }
-    }
-
     fn is_empty(&self) -> bool {
         self.batches.is_empty()
     }
 
-    /// The batch a finished task ran; its instance is free again.
+    /// The batch a finished task ran; the caller gives its instance back.
     fn finished(&mut self, id: Id) -> Option<InFlight> {
-        let done = self.batches.remove(&id)?;
-        self.free.push(done.instance);
-        self.free.sort_unstable_by(|a, b| b.cmp(a));
-        Some(done)
+        self.batches.remove(&id)
     }
 }
 
 enum Event {
     Received(Option<Message>),
     Finished(Result<(Id, Outcome), JoinError>),
+    /// A request that ran inline gave its instance back.
+    Freed,
     Wake,
 }
 
@@ -98,28 +88,25 @@ pub struct Telemetry {
 /// The batching actor of one model version. Start it with [`Batcher::spawn`].
 pub struct Batcher {
     model: String,
-    backend: Arc<dyn Backend>,
-    telemetry: Telemetry,
-    histograms: ModelMetrics,
+    runner: Arc<Runner>,
     receiver: mpsc::Receiver<Message>,
     queue: BatchQueue<BatchKey, Waiting>,
     /// Requests admitted and not yet cut into a batch or dropped; shared with the handle,
     /// which increments it on admission. The actor decrements it.
     depth: Arc<AtomicUsize>,
-    /// How many batches may run at once, and each one's busy-time counter.
-    busy: Vec<SecondsCounter>,
 }
 
 impl Batcher {
-    /// Starts the actor for `model` with one instance on the current Tokio runtime (it must
-    /// be called from within one) and returns the handle requests go through.
+    /// Starts the actor for `model` with one instance and every request through the queue,
+    /// on the current Tokio runtime (it must be called from within one), and returns the
+    /// handle requests go through.
     pub fn spawn(
         model: impl Into<String>,
         backend: Arc<dyn Backend>,
         settings: &BatchSettings,
         telemetry: Telemetry,
     ) -> BatcherHandle {
-        Self::spawn_instances(model, backend, settings, 1, telemetry)
+        Self::spawn_with(model, backend, settings, Execution::default(), telemetry)
     }
 
     /// Like [`Batcher::spawn`], running up to `instances` batches at once (at least one). The
@@ -132,6 +119,21 @@ impl Batcher {
         instances: usize,
         telemetry: Telemetry,
     ) -> BatcherHandle {
+        let execution = Execution {
+            instances,
+            ..Execution::default()
+        };
+        Self::spawn_with(model, backend, settings, execution, telemetry)
+    }
+
+    /// Like [`Batcher::spawn`], with instances and inline runs as `execution` says.
+    pub fn spawn_with(
+        model: impl Into<String>,
+        backend: Arc<dyn Backend>,
+        settings: &BatchSettings,
+        execution: Execution,
+        telemetry: Telemetry,
+    ) -> BatcherHandle {
         let model = model.into();
         let policy = BatchPolicy::new(settings);
         // Admission is counted in `depth`, which never exceeds `capacity`, and a
@@ -139,37 +141,31 @@ impl Batcher {
         // bound only backs the count up.
         let (sender, receiver) = mpsc::channel(policy.capacity());
         let depth = Arc::new(AtomicUsize::new(0));
-        let histograms = telemetry.metrics.model(&model, telemetry.version);
-        let instances = instances.max(1);
-        let busy = (0..instances)
-            .map(|instance| {
-                telemetry
-                    .metrics
-                    .instance_busy(&model, telemetry.version, instance)
-            })
-            .collect();
+        let runner = Arc::new(Runner::new(&model, backend, execution, telemetry));
         let batcher = Batcher {
             model: model.clone(),
-            backend,
-            telemetry,
-            histograms,
+            runner: runner.clone(),
             receiver,
             queue: BatchQueue::new(policy.clone()),
             depth: depth.clone(),
-            busy,
         };
         let actor = tokio::spawn(batcher.run());
-        BatcherHandle::new(model, policy, sender, depth, instances, actor)
+        BatcherHandle::new(model, policy, sender, depth, runner, actor)
     }
 
     async fn run(mut self) {
-        let mut running = Running::new(self.busy.len());
+        let runner = self.runner.clone();
+        let instances = &runner.instances;
+        let mut running = Running::default();
         let mut open = true;
         loop {
             let now = Instant::now();
+            // Taken before the step, since the queue cuts a batch only when told an instance
+            // is free, and a request running inline may take the last one at any time.
+            let instance = instances.take();
             let step = self
                 .queue
-                .step(now.into_std(), !running.free.is_empty(), |waiting| {
+                .step(now.into_std(), instance.is_some(), |waiting| {
                     waiting.reply.is_closed()
                 });
             self.release(step.expired.len() + step.abandoned.len());
@@ -186,13 +182,27 @@ impl Batcher {
                     .span
                     .in_scope(|| tracing::debug!("client gone; not run"));
             }
-            let wake = match step.next {
-                Next::Run(batch) => {
-                    self.start(&mut running, batch);
+            let wake = match (step.next, instance) {
+                (Next::Run(batch), Some(instance)) => {
+                    self.start(&mut running, instance, batch);
                     continue;
                 }
-                Next::WakeAt(at) => Some(Instant::from_std(at)),
-                Next::Idle => None,
+                (next, instance) => {
+                    if let Some(instance) = instance {
+                        instances.give_back(instance);
+                    }
+                    match next {
+                        Next::WakeAt(at) => Some(Instant::from_std(at)),
+                        Next::Idle => None,
+                        // The queue never cuts when told no instance is free; should it,
+                        // its requests are answered (NoAnswer, as their replies drop)
+                        // rather than left counted as waiting.
+                        Next::Run(batch) => {
+                            self.release(batch.len());
+                            continue;
+                        }
+                    }
+                }
             };
             if !open && running.is_empty() && self.queue.is_empty() {
                 break;
@@ -202,6 +212,7 @@ impl Batcher {
                 Some(joined) = running.tasks.join_next_with_id(), if !running.is_empty() => {
                     Event::Finished(joined)
                 }
+                () = instances.freed() => Event::Freed,
                 () = tokio::time::sleep_until(wake.unwrap_or(now)), if wake.is_some() => Event::Wake,
                 else => break,
             };
@@ -224,10 +235,11 @@ impl Batcher {
                         Err(err) => err.id(),
                     };
                     if let Some(done) = running.finished(id) {
+                        instances.give_back(done.instance);
                         self.finish(done.waiters, joined.map(|(_, outcome)| outcome));
                     }
                 }
-                Event::Wake => {}
+                Event::Freed | Event::Wake => {}
             }
         }
         tracing::debug!(model = %self.model, "batcher stopped");
@@ -276,11 +288,9 @@ impl Batcher {
         });
     }
 
-    /// Hands `batch` to a blocking thread on a free instance; its requests stop counting as
-    /// queued.
-    fn start(&self, running: &mut Running, batch: Vec<Queued<BatchKey, Waiting>>) {
-        // The queue cuts a batch only when told an instance is free.
-        let instance = running.free.pop().unwrap_or_default();
+    /// Hands `batch` to a blocking thread on `instance`, which the caller has taken; its
+    /// requests stop counting as queued.
+    fn start(&self, running: &mut Running, instance: usize, batch: Vec<Queued<BatchKey, Waiting>>) {
         self.release(batch.len());
         let size = batch.len();
         let mut call = None;
@@ -290,8 +300,7 @@ impl Batcher {
         for queued in batch {
             let waiting = queued.item;
             let waited = waiting.enqueued.elapsed();
-            self.telemetry.stats.queue.record(waited);
-            self.histograms.observe_queue_wait(waited);
+            self.runner.record_queue_wait(waited);
             let queued_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
             waiting
                 .span
@@ -310,24 +319,10 @@ impl Batcher {
         for waiter in &waiters {
             span.follows_from(&waiter.span);
         }
-        // Inferences in Triton's sense: rows along dimension 0 (1 for a scalar input), counted
-        // whether or not the requests were merged.
-        let inferences = requests
-            .iter()
-            .map(|inputs| {
-                inputs
-                    .first()
-                    .and_then(|(_, t)| t.shape().first().copied())
-                    .unwrap_or(1) as u64
-            })
-            .sum();
-        let backend = self.backend.clone();
-        let telemetry = self.telemetry.clone();
-        let histograms = self.histograms.clone();
-        let busy = self.busy.get(instance).cloned().unwrap_or_default();
+        let inferences = requests.iter().map(|inputs| inferences(inputs)).sum();
+        let runner = self.runner.clone();
         let task = running.tasks.spawn_blocking(move || {
-            let started = std::time::Instant::now();
-            let outcome = span.in_scope(|| {
+            span.in_scope(|| {
                 let run = Run {
                     signature,
                     outputs: &outputs,
@@ -335,16 +330,8 @@ impl Batcher {
                     rows: &rows,
                     inferences,
                 };
-                execute(backend.as_ref(), run, requests, &telemetry)
-            });
-            let took = started.elapsed();
-            telemetry.stats.record_busy(instance, took);
-            busy.inc_by(took.as_secs_f64());
-            if outcome.is_ok() {
-                telemetry.stats.record_execution(inferences);
-                histograms.observe_execution(took, inferences);
-            }
-            outcome
+                runner.run(instance, run, requests)
+            })
         });
         running
             .batches
@@ -352,25 +339,19 @@ impl Batcher {
     }
 
     fn finish(&self, waiters: Vec<Waiter>, joined: Result<Outcome, JoinError>) {
-        let failure = match joined {
-            Ok(Ok(outputs)) if outputs.len() == waiters.len() => {
-                for (waiter, outputs) in waiters.into_iter().zip(outputs) {
-                    let _ = waiter
-                        .reply
-                        .send(outputs.map_err(|failure| failure.to_error()));
-                }
-                return;
-            }
-            Ok(Ok(_)) => Failure::Batch(BatchError::NoAnswer),
-            Ok(Err(failure)) => failure,
+        let count = waiters.len();
+        let replies = match joined {
+            Ok(outcome) => answers(outcome, count),
             Err(err) => {
                 let err = join_failure(err);
                 tracing::error!(model = %self.model, "{err}");
-                Failure::Batch(err)
+                (0..count)
+                    .map(|_| Err(BatcherError::Batch(err.clone())))
+                    .collect()
             }
         };
-        for waiter in waiters {
-            let _ = waiter.reply.send(Err(failure.to_error()));
+        for (waiter, reply) in waiters.into_iter().zip(replies) {
+            let _ = waiter.reply.send(reply);
         }
     }
 
@@ -379,15 +360,19 @@ impl Batcher {
     }
 }
 
+/// Inferences in Triton's sense: rows along dimension 0 (1 for a scalar input), counted
+/// whether or not the requests were merged.
+pub(super) fn inferences(inputs: &[NamedTensor]) -> u64 {
+    inputs
+        .first()
+        .and_then(|(_, t)| t.shape().first().copied())
+        .unwrap_or(1) as u64
+}
+
 fn join_failure(err: JoinError) -> BatchError {
-    if !err.is_panic() {
-        return BatchError::Cancelled;
+    if err.is_panic() {
+        panicked(err.into_panic())
+    } else {
+        BatchError::Cancelled
     }
-    let payload = err.into_panic();
-    let message = payload
-        .downcast_ref::<&str>()
-        .map(|text| (*text).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".to_owned());
-    BatchError::BackendPanicked(message)
 }

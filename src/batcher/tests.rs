@@ -15,19 +15,21 @@ type Error = BatcherError;
 use crate::tensor::{DataType, Tensor};
 
 #[derive(Clone, Copy, PartialEq)]
-enum Behaviour {
+pub(super) enum Behaviour {
     /// `y = 2 * x` and `sum` = the sum of each row.
     Double,
     Fail,
     /// Fails any run that has a negative `x`: a runtime that rejects one request's data.
     FailNegative,
     PanicOnce,
+    /// Panics on any run that has a negative `x`.
+    PanicNegative,
     /// Returns one row whatever the batch size: a model without a batch dimension.
     OneRow,
 }
 
 /// Records every run; optionally waits for a permit before running, and reports each start.
-struct Mock {
+pub(super) struct Mock {
     signatures: Vec<Signature>,
     behaviour: Behaviour,
     panicked: AtomicBool,
@@ -38,7 +40,7 @@ struct Mock {
 }
 
 impl Mock {
-    fn new(behaviour: Behaviour) -> Self {
+    pub(super) fn new(behaviour: Behaviour) -> Self {
         let spec = |name: &str, shape: Vec<i64>| TensorSpec::new(name, DataType::F32, shape);
         Self {
             signatures: vec![Signature {
@@ -55,7 +57,7 @@ impl Mock {
     }
 
     /// Each run announces itself on the returned receiver and waits for a permit.
-    fn gated(
+    pub(super) fn gated(
         behaviour: Behaviour,
     ) -> (Self, std_mpsc::Sender<()>, tokio::sync::mpsc::Receiver<()>) {
         let (permits, gate) = std_mpsc::channel();
@@ -68,7 +70,7 @@ impl Mock {
         (mock, permits, starts)
     }
 
-    fn runs(&self) -> Vec<Vec<f32>> {
+    pub(super) fn runs(&self) -> Vec<Vec<f32>> {
         let runs = self.runs.lock().unwrap();
         runs.iter().map(|(values, _)| values.clone()).collect()
     }
@@ -90,7 +92,8 @@ impl Backend for Mock {
         outputs: &[String],
     ) -> Result<Vec<NamedTensor>, BackendError> {
         if let Some(started) = &self.started {
-            started.blocking_send(()).unwrap();
+            // Not `blocking_send`: a run may happen inline, on the runtime's own thread.
+            started.try_send(()).unwrap();
         }
         if let Some(gate) = &self.gate {
             gate.lock().unwrap().recv().unwrap();
@@ -106,6 +109,9 @@ impl Backend for Mock {
             }
             Behaviour::PanicOnce if !self.panicked.swap(true, Ordering::SeqCst) => {
                 panic!("the mock runtime fell over")
+            }
+            Behaviour::PanicNegative if values.iter().any(|v| *v < 0.0) => {
+                panic!("the mock runtime fell over a negative value")
             }
             _ => {}
         }
@@ -132,7 +138,7 @@ impl Backend for Mock {
     }
 }
 
-fn settings(max_batch_size: usize, delay: Duration) -> BatchSettings {
+pub(super) fn settings(max_batch_size: usize, delay: Duration) -> BatchSettings {
     BatchSettings {
         max_batch_size,
         max_queue_delay_us: u64::try_from(delay.as_micros()).unwrap(),
@@ -145,7 +151,7 @@ fn spawn(mock: &Arc<Mock>, settings: &BatchSettings) -> BatcherHandle {
 }
 
 /// A request with `rows` rows of `x`, each row `width` copies of `value`, asking for `y`.
-fn request(value: f32, rows: usize, width: usize) -> ValidRequest {
+pub(super) fn request(value: f32, rows: usize, width: usize) -> ValidRequest {
     request_for("y", value, rows, width)
 }
 
@@ -164,7 +170,7 @@ fn request_for(output: &str, value: f32, rows: usize, width: usize) -> ValidRequ
 }
 
 /// The `y` of an answer, checked to be twice the request's `value` in every element.
-fn doubled(reply: Result<Vec<NamedTensor>, Error>, value: f32) -> Vec<usize> {
+pub(super) fn doubled(reply: Result<Vec<NamedTensor>, Error>, value: f32) -> Vec<usize> {
     let outputs = reply.unwrap();
     assert_eq!(outputs.len(), 1);
     let (name, y) = &outputs[0];
@@ -181,7 +187,7 @@ fn enqueue_all(handle: &BatcherHandle, values: &[f32]) -> Vec<Pending> {
 }
 
 /// The first element of each row of each run: which requests ran together.
-fn batches(mock: &Mock) -> Vec<Vec<f32>> {
+pub(super) fn batches(mock: &Mock) -> Vec<Vec<f32>> {
     mock.runs()
         .into_iter()
         .map(|values| values.chunks(2).map(|row| row[0]).collect())

@@ -25,7 +25,7 @@ use super::{
 use tokio::sync::oneshot;
 
 use crate::backend::Backend;
-use crate::batcher::{Batcher, Telemetry};
+use crate::batcher::{Batcher, Execution, Telemetry};
 use crate::error::Error;
 use crate::metrics::ModelEvent;
 use crate::stats::ModelStats;
@@ -533,14 +533,12 @@ impl ModelRepository {
                     metrics: self.loader.metrics.clone(),
                     version: folder.version,
                 };
-                let instances = self.loader.instances(config);
-                let batcher = Batcher::spawn_instances(
-                    model,
-                    backend.clone(),
-                    &batching,
-                    instances,
-                    telemetry,
-                );
+                let execution = Execution {
+                    instances: self.loader.instances(config),
+                    inline_max: self.loader.inline_run_max,
+                };
+                let batcher =
+                    Batcher::spawn_with(model, backend.clone(), &batching, execution, telemetry);
                 let (alive_tx, alive_rx) = oneshot::channel();
                 let loaded = LoadedModel {
                     name: model.to_owned(),

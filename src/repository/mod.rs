@@ -56,6 +56,9 @@ pub struct Loader {
     pub metrics: Arc<Metrics>,
     /// Instances for models whose config.toml has no `[instances]` section; 0: automatic.
     pub instances: usize,
+    /// Requests of a version whose runs take at most this long may run on the caller's
+    /// thread when nothing is queued (see `batcher::Execution`); zero: never.
+    pub inline_run_max: std::time::Duration,
 }
 
 /// The most instances the automatic choice gives a version: each ONNX instance holds its own

@@ -9,6 +9,7 @@ pub mod gate;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
@@ -75,6 +76,19 @@ impl TestServer {
         options: ServerOptions,
         decorate: Option<BackendDecorator>,
     ) -> Self {
+        Self::start_full(models, batching, options, decorate, Duration::ZERO).await
+    }
+
+    /// Like [`Self::start_decorated`], letting requests of models whose runs take at most
+    /// `inline_run_max` run on the calling thread (the tests above keep every request on the
+    /// queue, so that what they observe does not depend on how fast a run was).
+    pub async fn start_full(
+        models: &str,
+        batching: BatchSettings,
+        options: ServerOptions,
+        decorate: Option<BackendDecorator>,
+        inline_run_max: Duration,
+    ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx: onnx_runtime(),
@@ -85,6 +99,7 @@ impl TestServer {
             default_batching: batching,
             metrics: metrics.clone(),
             instances: 1,
+            inline_run_max,
         };
         let mut repository = ModelRepository::new(&repo_path(models), loader);
         if let Some(decorate) = decorate {

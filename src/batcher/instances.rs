@@ -1,0 +1,202 @@
+//! The instances of one model version, shared by the actor and the request side: which are
+//! free, and how long a run takes.
+//!
+//! Both the actor (for the batches it cuts) and a request running inline (see
+//! `handle.rs`) take an instance here before running and give it back after, so that at
+//! most one run per instance happens whoever starts it, and the busy-time accounting stays
+//! per instance.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+/// A moving estimate of how long one run of this version blocks its thread, from real runs.
+///
+/// Each run (inline or on a blocking thread, merged or alone) is timed from the start of
+/// gathering its inputs to the end of splitting its outputs, and folded into exponentially
+/// weighted averages of that time and of the run's rows (weight 1/8 for the newest run: a
+/// change in the model's speed shows within a few dozen runs, one slow run moves it little).
+/// The first run sets both averages.
+///
+/// A request of `r` rows is predicted to take `mean_time * max(1, r / mean_rows)`. If a run
+/// costs a fixed part plus a part per row, this is never less than the true cost: requests
+/// smaller than the average are charged the whole average, larger ones scale linearly, which
+/// overcharges the fixed part.
+#[derive(Debug, Default)]
+pub(super) struct RunEstimate {
+    /// Mean seconds and rows per run; `None` until the first run is measured.
+    mean: Option<(f64, f64)>,
+}
+
+/// Weight of the newest run in the averages.
+const NEWEST_WEIGHT: f64 = 1.0 / 8.0;
+
+impl RunEstimate {
+    pub(super) fn record(&mut self, took: Duration, rows: u64) {
+        let (seconds, rows) = (took.as_secs_f64(), rows.max(1) as f64);
+        self.mean = Some(match self.mean {
+            None => (seconds, rows),
+            Some((mean_seconds, mean_rows)) => (
+                mean_seconds + (seconds - mean_seconds) * NEWEST_WEIGHT,
+                mean_rows + (rows - mean_rows) * NEWEST_WEIGHT,
+            ),
+        });
+    }
+
+    /// How long a run of `rows` rows is expected to take; `None` before any run was measured.
+    pub(super) fn predict(&self, rows: u64) -> Option<Duration> {
+        let (mean_seconds, mean_rows) = self.mean?;
+        let scale = (rows.max(1) as f64 / mean_rows).max(1.0);
+        Duration::try_from_secs_f64(mean_seconds * scale).ok()
+    }
+
+    /// Whether a run of `rows` rows is expected to finish within `bound`. An unmeasured model
+    /// never is.
+    pub(super) fn within(&self, rows: u64, bound: Duration) -> bool {
+        self.predict(rows).is_some_and(|took| took <= bound)
+    }
+}
+
+struct State {
+    /// Instances not running anything; the lowest index is taken first, so that with light
+    /// load the same instance (and its warm caches) does the work.
+    free: Vec<usize>,
+    estimate: RunEstimate,
+}
+
+/// The free instances of one version and its run-time estimate.
+pub(super) struct Instances {
+    state: Mutex<State>,
+    /// Signalled when an inline run gives its instance back while requests wait in the queue,
+    /// since the actor would otherwise not look at the queue again until something else
+    /// happens.
+    freed: Notify,
+}
+
+impl Instances {
+    pub(super) fn new(count: usize) -> Self {
+        Self {
+            state: Mutex::new(State {
+                free: (0..count.max(1)).rev().collect(),
+                estimate: RunEstimate::default(),
+            }),
+            freed: Notify::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The lock is never held across anything that can panic; a poisoned one still holds
+        // a consistent list.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the lowest free instance, if any.
+    pub(super) fn take(&self) -> Option<usize> {
+        self.state().free.pop()
+    }
+
+    /// Takes the lowest free instance for a run of `rows` rows on the caller's thread, if
+    /// one is free and the run is expected to finish within `bound`.
+    pub(super) fn take_for_inline(&self, rows: u64, bound: Duration) -> Option<usize> {
+        let mut state = self.state();
+        if state.estimate.within(rows, bound) {
+            state.free.pop()
+        } else {
+            None
+        }
+    }
+
+    /// Folds a run of `rows` rows that took `took` into the run-time estimate.
+    pub(super) fn record(&self, took: Duration, rows: u64) {
+        self.state().estimate.record(took, rows);
+    }
+
+    /// Gives `instance` back.
+    pub(super) fn give_back(&self, instance: usize) {
+        let mut state = self.state();
+        // Kept in descending order, so that `pop` takes the lowest.
+        let at = state.free.partition_point(|&free| free > instance);
+        state.free.insert(at, instance);
+    }
+
+    /// Like [`Instances::give_back`] for a run started outside the actor: wakes the actor if
+    /// requests are queued (`depth` above 0), since one of them may have been waiting for
+    /// this instance.
+    ///
+    /// Why checking `depth` after giving back is enough: a queued request is counted in
+    /// `depth` before the actor receives it, and the actor looks for a free instance after
+    /// receiving it, under this lock. Either the actor's look comes after our give-back (it
+    /// sees the instance) or before it, and then the count it follows is visible to us here.
+    pub(super) fn give_back_from_outside(&self, instance: usize, depth: &AtomicUsize) {
+        self.give_back(instance);
+        if depth.load(Ordering::Acquire) > 0 {
+            self.freed.notify_one();
+        }
+    }
+
+    /// Completes when an inline run gave back an instance while requests were queued.
+    pub(super) async fn freed(&self) {
+        self.freed.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn an_unmeasured_model_is_never_within_the_bound() {
+        let estimate = RunEstimate::default();
+        assert_eq!(estimate.predict(1), None);
+        assert!(!estimate.within(1, Duration::MAX));
+    }
+
+    #[test]
+    fn the_first_run_sets_the_estimate_and_later_ones_move_it_by_an_eighth() {
+        let mut estimate = RunEstimate::default();
+        estimate.record(80 * US, 1);
+        assert_eq!(estimate.predict(1), Some(80 * US));
+        estimate.record(160 * US, 1);
+        assert_eq!(estimate.predict(1), Some(90 * US));
+        assert!(estimate.within(1, 90 * US));
+        assert!(!estimate.within(1, 89 * US));
+    }
+
+    #[test]
+    fn larger_requests_scale_up_and_smaller_ones_are_charged_the_mean() {
+        let mut estimate = RunEstimate::default();
+        estimate.record(40 * US, 4);
+        assert_eq!(estimate.predict(1), Some(40 * US));
+        assert_eq!(estimate.predict(4), Some(40 * US));
+        assert_eq!(estimate.predict(8), Some(80 * US));
+        assert!(!estimate.within(8, 50 * US));
+    }
+
+    #[test]
+    fn instances_are_taken_lowest_first_and_given_back_in_order() {
+        let instances = Instances::new(3);
+        assert_eq!(instances.take(), Some(0));
+        assert_eq!(instances.take(), Some(1));
+        instances.give_back(0);
+        assert_eq!(instances.take(), Some(0));
+        assert_eq!(instances.take(), Some(2));
+        assert_eq!(instances.take(), None);
+        instances.give_back(2);
+        instances.give_back(1);
+        assert_eq!(instances.take(), Some(1));
+    }
+
+    #[test]
+    fn inline_runs_need_a_measured_fast_model_and_a_free_instance() {
+        let instances = Instances::new(1);
+        assert_eq!(instances.take_for_inline(1, Duration::MAX), None);
+        instances.record(10 * US, 1);
+        assert_eq!(instances.take_for_inline(1, 9 * US), None);
+        assert_eq!(instances.take_for_inline(1, 10 * US), Some(0));
+        assert_eq!(instances.take_for_inline(1, 10 * US), None);
+    }
+}
