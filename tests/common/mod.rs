@@ -75,6 +75,18 @@ impl TestServer {
         options: ServerOptions,
         decorate: Option<BackendDecorator>,
     ) -> Self {
+        Self::start_configured(models, batching, options, decorate, |repository| repository).await
+    }
+
+    /// Like [`Self::start_decorated`], with the repository's own settings (a memory budget,
+    /// say) applied by `configure` before the first load.
+    pub async fn start_configured(
+        models: &str,
+        batching: BatchSettings,
+        options: ServerOptions,
+        decorate: Option<BackendDecorator>,
+        configure: impl FnOnce(ModelRepository) -> ModelRepository,
+    ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx: onnx_runtime(),
@@ -90,7 +102,7 @@ impl TestServer {
         if let Some(decorate) = decorate {
             repository = repository.with_backend_decorator(decorate);
         }
-        let repository = Arc::new(repository);
+        let repository = Arc::new(configure(repository));
         repository
             .reconcile()
             .await
