@@ -501,3 +501,35 @@ async fn unload_first_drops_the_old_version_before_the_new_one_loads() -> TestRe
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_request_waits_for_a_load_only_until_its_deadline() -> TestResult {
+    let repo = TempRepo::new("deadline");
+    repo.add("m0", 1, RANKER, None).add("m1", 1, RANKER, None);
+    let latch = Arc::new(LoadLatch::default());
+    let server = start(&repo, Some(1 << 20), Some(latch.decorator("m0"))).await;
+    let released = ReleaseOnDrop(latch.clone());
+    let client = reqwest::Client::new();
+
+    // The load of m0 is held: a request with a 50 ms deadline gives up; the load goes on.
+    let body = json!({"inputs": [{
+        "name": "features", "shape": [1, 16], "datatype": "FP32", "data": vec![0.5f32; 16]
+    }]});
+    let response = client
+        .post(format!("{}/v2/models/m0/infer", server.rest_url))
+        .header("x-request-timeout-ms", "50")
+        .json(&body)
+        .send()
+        .await?;
+    assert_eq!(response.status(), 504);
+    // The status APIs answer meanwhile (loads run one at a time, so m1 would wait for it).
+    let listed = index(&client, &server.rest_url).await;
+    assert_eq!(entry(&listed, "m1")["state"], "UNAVAILABLE");
+
+    released.0.release();
+    let (status, body) = infer(&client, &server.rest_url, "m0").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(latch.loads.load(Ordering::SeqCst), 1);
+    server.stop().await;
+    Ok(())
+}

@@ -409,6 +409,10 @@ impl ModelRecord {
                 reason: self.versions.values().rev().find_map(|state| match state {
                     VersionState::End { error } => error.clone(),
                     VersionState::Loading => Some("a version is still loading".to_owned()),
+                    VersionState::NotResident(residence) => Some(format!(
+                        "the newest version is not in memory ({}); an inference request loads it",
+                        residence.reason()
+                    )),
                     _ => None,
                 }),
             })
