@@ -65,9 +65,9 @@ def metric(text: str, name: str) -> float:
                if line.startswith(name + "{") or line.startswith(name + " "))
 
 
-def vm_hwm(pid: int) -> int:
+def vm_field(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return 0
 
@@ -134,6 +134,7 @@ def run(server, names: list[str], args) -> None:
                     errors.append(f"{response.status_code}: {response.text[:200]}")
                 (hits if resident else misses).append(took)
 
+    base = vm_field(server.process.pid, "VmRSS")
     before = requests.get(f"{server.rest_url}/metrics", timeout=10).text
     began = time.monotonic()
     threads = [threading.Thread(target=client, args=(seed,)) for seed in range(args.threads)]
@@ -149,7 +150,8 @@ def run(server, names: list[str], args) -> None:
     resident = metric(after, "tensorport_model_memory_bytes")
     per_model = [float(line.rsplit(" ", 1)[1]) for line in after.splitlines()
                  if line.startswith("tensorport_model_memory_bytes{")]
-    peak = vm_hwm(server.process.pid)
+    peak = vm_field(server.process.pid, "VmHWM")
+    end = vm_field(server.process.pid, "VmRSS")
     mib = 1 << 20
     total = len(hits) + len(misses)
 
@@ -170,6 +172,8 @@ def run(server, names: list[str], args) -> None:
     print(f"| hit ratio | {len(hits) / max(total, 1):.2f} |")
     print(f"| accounted per model (MiB, median) | {statistics.median(per_model) / mib if per_model else float('nan'):.1f} |")
     print(f"| accounted resident total at the end (MiB) | {resident / mib:.1f} |")
+    print(f"| server resident memory before the run, no model loaded (MiB) | {base / mib:.0f} |")
+    print(f"| server resident memory at the end, VmRSS (MiB) | {end / mib:.0f} |")
     print(f"| peak resident memory of the server, VmHWM (MiB) | {peak / mib:.0f} |")
 
 

@@ -738,6 +738,7 @@ impl ModelRepository {
     /// Takes a version out of service. Requests that hold it finish; it is UNLOADING until
     /// the last of them lets go, then END.
     fn retire(&self, control: &mut Control, model: &str, version: u64) {
+        control.standby.remove(&(model.to_owned(), version));
         self.set_state(model, version, VersionState::Unloading);
         self.loader
             .metrics
