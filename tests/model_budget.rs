@@ -295,9 +295,13 @@ async fn simultaneous_first_requests_share_one_load() -> TestResult {
             infer(&reqwest::Client::new(), &server_ref, "m0").await
         }));
     }
-    // Every request is inside the server, waiting for the one load the latch holds.
-    wait_until(|| server.metrics.in_flight().get() >= REQUESTS as i64).await;
-    assert_eq!(latch.loads.load(Ordering::SeqCst), 1);
+    // Every request is inside the server and the load has reached the latch, which holds
+    // it: whenever a request gets to its model, the load is still running, and it joins.
+    wait_until(|| {
+        server.metrics.in_flight().get() >= REQUESTS as i64
+            && latch.loads.load(Ordering::SeqCst) >= 1
+    })
+    .await;
     released.0.release();
     for request in requests {
         let (status, body) = request.await?;
@@ -464,13 +468,22 @@ async fn unload_first_drops_the_old_version_before_the_new_one_loads() -> TestRe
     });
     // Version 1 drains first; version 2 does not load while it does.
     let mut listed = index(&client, &server.rest_url).await;
-    while listed
-        .iter()
-        .all(|e| !(e["version"] == "1" && e["state"] == "UNLOADING"))
-    {
+    for _ in 0..30_000 {
+        if listed
+            .iter()
+            .any(|e| e["version"] == "1" && e["state"] == "UNLOADING")
+        {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(2)).await;
         listed = index(&client, &server.rest_url).await;
     }
+    assert!(
+        listed
+            .iter()
+            .any(|e| e["version"] == "1" && e["state"] == "UNLOADING"),
+        "version 1 never started to drain: {listed:?}"
+    );
     assert!(
         listed.iter().all(|e| e["version"] != "2"),
         "version 2 started before version 1 was dropped: {listed:?}"
@@ -530,6 +543,54 @@ async fn a_request_waits_for_a_load_only_until_its_deadline() -> TestResult {
     let (status, body) = infer(&client, &server.rest_url, "m0").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(latch.loads.load(Ordering::SeqCst), 1);
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn names_that_do_not_exist_load_nothing() -> TestResult {
+    let repo = TempRepo::new("unknown");
+    repo.add("m0", 1, RANKER, Some("[version_labels]\nstable = 1\n"));
+    let server = start(&repo, Some(1 << 20), None).await;
+    let client = reqwest::Client::new();
+    for path in [
+        "/v2/models/nope/infer",
+        "/v2/models/m0/versions/7/infer",
+        "/v2/models/m0/versions/canary/infer",
+        "/v2/models/..%2Fm0/infer",
+    ] {
+        let response = client
+            .post(format!("{}{path}", server.rest_url))
+            .json(&json!({"inputs": []}))
+            .send()
+            .await?;
+        let status = response.status().as_u16();
+        assert!(status == 404 || status == 400, "{path}: {status}");
+    }
+    let exposition = scrape(&client, &server.rest_url).await;
+    assert_eq!(
+        sum(&exposition, "tensorport_model_loads_on_demand_total", ""),
+        0.0
+    );
+    // The label and the number both reach the one version, through one load.
+    let labelled = client
+        .post(format!(
+            "{}/v2/models/m0/versions/stable/infer",
+            server.rest_url
+        ))
+        .json(&json!({"inputs": [{
+            "name": "features", "shape": [1, 16], "datatype": "FP32", "data": vec![0.5f32; 16]
+        }]}))
+        .send()
+        .await?;
+    assert_eq!(labelled.status(), 200);
+    let (status, body) = infer(&client, &server.rest_url, "m0").await;
+    assert_eq!(status, 200, "{body}");
+    let exposition = scrape(&client, &server.rest_url).await;
+    assert_eq!(
+        sum(&exposition, "tensorport_model_loads_on_demand_total", ""),
+        1.0
+    );
     server.stop().await;
     Ok(())
 }
