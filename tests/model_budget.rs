@@ -594,3 +594,44 @@ async fn names_that_do_not_exist_load_nothing() -> TestResult {
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_version_is_evicted_before_one_with_a_request_in_flight() -> TestResult {
+    let repo = TempRepo::new("in-flight");
+    for model in ["a", "b", "c"] {
+        repo.add(model, 1, RANKER, None);
+    }
+    let gate = Gate::new();
+    let budget = 2 * file_size(RANKER) + 100;
+    let server = start(&repo, Some(budget), Some(gate.decorator("a"))).await;
+    let gate = OpenOnDrop(gate);
+    let client = reqwest::Client::new();
+    let rest = server.rest_url.clone();
+
+    let (status, body) = infer(&client, &rest, "a").await;
+    assert_eq!(status, 200, "{body}");
+    // A request holds a; then b serves, so a is the least recently used, but busy.
+    gate.close();
+    let held_rest = rest.clone();
+    let held = tokio::spawn(async move { infer(&reqwest::Client::new(), &held_rest, "a").await });
+    gate.wait_for_waiting(1).await;
+    let (status, body) = infer(&client, &rest, "b").await;
+    assert_eq!(status, 200, "{body}");
+
+    // Room for c comes from b, the idle one. (Evicting a would wait for the held request:
+    // the bound turns that into a failure instead of a hang.)
+    let (status, body) = tokio::time::timeout(Duration::from_secs(60), infer(&client, &rest, "c"))
+        .await
+        .expect("c loaded without waiting for a's request");
+    assert_eq!(status, 200, "{body}");
+    let listed = index(&client, &rest).await;
+    assert_eq!(entry(&listed, "a")["state"], "READY", "{listed:?}");
+    assert_eq!(entry(&listed, "b")["reason"], "evicted", "{listed:?}");
+    assert_eq!(entry(&listed, "c")["state"], "READY", "{listed:?}");
+
+    gate.open();
+    let (status, body) = held.await?;
+    assert_eq!(status, 200, "{body}");
+    server.stop().await;
+    Ok(())
+}
