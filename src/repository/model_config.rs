@@ -375,9 +375,17 @@ mod tests {
              [version_policy]\nspecific = [1, 3]\n\
              [version_labels]\nstable = 1\n\
              [warmup]\nrequests = 2\nshapes = { x = [1, 4] }\n\
-             [instances]\ncount = 3\n",
+             [instances]\ncount = 3\n\
+             [lifecycle]\npinned = true\nreload = \"unload-first\"\n",
         )?;
         assert_eq!(config.instances, Some(InstancesConfig { count: 3 }));
+        assert_eq!(
+            config.lifecycle,
+            LifecycleConfig {
+                pinned: true,
+                reload: ReloadMode::UnloadFirst
+            }
+        );
         assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(32));
         assert_eq!(config.policy(), Ok(VersionPolicy::Specific(vec![1, 3])));
         assert_eq!(config.version_labels.get("stable"), Some(&1));
@@ -397,6 +405,8 @@ mod tests {
             ("[instances]\ncount = -1\n", "expected usize"),
             ("[instances]\nkind = \"gpu\"\n", "kind"),
             ("[instances]\ncount = 1000\n", "at most 64"),
+            ("[lifecycle]\nreload = \"swap\"\n", "unload-first"),
+            ("[lifecycle]\npinned = \"yes\"\n", "bool"),
         ] {
             let err = with_config(text).err().unwrap_or_default();
             assert!(err.contains(needle), "{text:?}: {err}");

@@ -438,3 +438,58 @@ fn loading_version(record: &ModelRecord) -> Option<u64> {
         .find(|(_, state)| matches!(state, VersionState::Loading))
         .map(|(v, _)| *v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_map_to_overload_and_unavailable_with_their_reason() {
+        let model = || "m".to_owned();
+        let cases = [
+            (
+                ResidencyError::TooLarge {
+                    model: model(),
+                    version: 1,
+                    needed: 300,
+                    budget: 200,
+                },
+                429,
+                "needs 300 bytes, more than the whole model memory budget of 200 bytes",
+            ),
+            (
+                ResidencyError::NoRoom {
+                    model: model(),
+                    version: 1,
+                    needed: 100,
+                    held: 150,
+                    budget: 200,
+                },
+                429,
+                "pinned models hold 150 bytes",
+            ),
+            (
+                ResidencyError::LoadFailed {
+                    model: model(),
+                    version: 1,
+                    reason: "bad file".into(),
+                },
+                503,
+                "failed to load: bad file",
+            ),
+        ];
+        for (err, http, needle) in cases {
+            let message = err.to_string();
+            let row = Error::from(err).kind().table();
+            assert_eq!(row.http_status, http, "{message}");
+            assert!(message.contains(needle), "{message}");
+        }
+        assert_eq!(Residence::Evicted.reason(), "evicted");
+        assert!(Residence::TooLarge {
+            needed: 2,
+            budget: 1
+        }
+        .reason()
+        .contains("--model-memory-budget"));
+    }
+}
