@@ -34,7 +34,7 @@ import requests
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
-import tensorport_server  # noqa: E402
+import tensorport_server
 
 ROWS = 327_680  # x 16 FP32 = 20 MiB
 WIDTH = 16
@@ -62,7 +62,7 @@ def zipf_weights(n: int, s: float) -> list[float]:
 
 def metric(text: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name + "{") or line.startswith(name + " "))
+               if line.startswith((name + "{", name + " ")))
 
 
 def vm_field(pid: int, field: str) -> int:
