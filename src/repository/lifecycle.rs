@@ -9,6 +9,9 @@
 //!   already hold it finish, then it is dropped and its batcher drains and stops.
 //! - A version that is no longer aspired keeps serving while no aspired version is available
 //!   (so a broken new version never leaves a model with nothing), unless its folder is gone.
+//! - Under `--model-memory-budget`, only pinned models load here; the others are published as
+//!   not resident and load on their first request (see `residency`). With `reload =
+//!   "unload-first"`, the version being replaced drains and drops before its successor loads.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -226,7 +229,9 @@ impl ModelRepository {
     pub async fn reconcile(&self) -> Result<(), ScanError> {
         let mut control = self.control.lock().await;
         let result = self.reconcile_locked(&mut control, None).await;
-        self.initial_load_settled.store(true, Ordering::Release);
+        if !self.initial_load_settled.swap(true, Ordering::AcqRel) {
+            self.warn_if_pinned_exceed_budget();
+        }
         result
     }
 
@@ -530,6 +535,30 @@ impl ModelRepository {
         control
             .failures
             .retain(|(model, v), _| model != &source.name || on_disk.contains(v));
+    }
+
+    /// Pinned models are loaded whatever the budget; if they hold all of it, nothing else
+    /// can load, which an operator should learn at start rather than from refusals.
+    fn warn_if_pinned_exceed_budget(&self) {
+        let Some(budget) = self.budget else {
+            return;
+        };
+        let pinned: u64 = self
+            .snapshot()
+            .models()
+            .flat_map(|record| record.versions.values())
+            .filter_map(|state| match state {
+                VersionState::Available(model) if model.pinned => Some(model.memory_bytes),
+                _ => None,
+            })
+            .sum();
+        if pinned >= budget {
+            tracing::warn!(
+                pinned,
+                budget,
+                "pinned models hold the whole --model-memory-budget: other models cannot load"
+            );
+        }
     }
 
     fn state_of(&self, model: &str, version: u64) -> Option<VersionState> {
