@@ -101,6 +101,14 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub inline_run_max_us: u64,
 
+    /// Memory the resident model versions may hold together, in bytes or with KiB, MiB, GiB
+    /// (unset: every model loads at start and stays). With it, a version loads on its first
+    /// request and the least recently used are evicted to make room; config.toml's
+    /// [lifecycle] pinned = true keeps a model loaded.
+    #[arg(long, env = "TENSORPORT_MODEL_MEMORY_BUDGET", value_name = "SIZE",
+          value_parser = crate::repository::parse_size)]
+    pub model_memory_budget: Option<u64>,
+
     /// Async worker threads for the network side (0: one per core).
     #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,

@@ -7,7 +7,7 @@
 
 use crate::backend::BackendError;
 use crate::batcher::{BatchError, BatcherError, RequestError};
-use crate::repository::ConfineError;
+use crate::repository::{ConfineError, ResidencyError};
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
 use crate::version::VersionError;
@@ -79,6 +79,9 @@ pub enum Error {
     BatcherStopped { model: String },
     #[error(transparent)]
     Batch(#[from] BatchError),
+    /// A version that is not resident could not be loaded for the request.
+    #[error(transparent)]
+    Residency(#[from] ResidencyError),
 }
 
 /// The batcher's failures keep their own variants here, so that a match on the request-path
@@ -132,6 +135,14 @@ impl Error {
             Self::QueueFull { .. } => ErrorKind::ResourceExhausted,
             Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Self::BatcherStopped { .. } => ErrorKind::Unavailable,
+            // Retrying does not help a model larger than the budget, but the request was
+            // refused for memory, which is what RESOURCE_EXHAUSTED means to both protocols.
+            Self::Residency(ResidencyError::TooLarge { .. } | ResidencyError::NoRoom { .. }) => {
+                ErrorKind::ResourceExhausted
+            }
+            Self::Residency(
+                ResidencyError::LoadFailed { .. } | ResidencyError::EvictedAgain { .. },
+            ) => ErrorKind::Unavailable,
         }
     }
 

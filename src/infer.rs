@@ -112,17 +112,25 @@ impl InferService {
         self.repository.snapshot().resolve(model, &version)
     }
 
-    /// The one way into a model: resolves `target` to a serving version, names it in
+    /// The one way into a model: resolves `target` to a serving version (under a memory
+    /// budget, loading it first, within the request's deadline), names it in
     /// `context`, picks the signature, lets `decode` turn the body into tensors for it (a
     /// protocol may need the signature's dtypes to read its body), and checks the result
     /// against the signature. Protocol adapters only decode and encode around this.
-    pub fn prepare(
+    pub async fn prepare(
         &self,
         target: ModelTarget<'_>,
         context: Option<&RequestContext>,
         decode: impl FnOnce(&Signature) -> Result<Decoded, Error>,
     ) -> Result<Prepared, Error> {
-        let model = self.resolve(target.model, target.version)?;
+        if target.model.is_empty() {
+            return Err(Error::invalid("the request names no model"));
+        }
+        let load_deadline = context.and_then(|context| context.deadline_within(None));
+        let model = self
+            .repository
+            .resolve_serving(target.model, &target.version, load_deadline)
+            .await?;
         if let Some(context) = context {
             context.set_model(&model.name, model.version);
         }

@@ -155,6 +155,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             inline_run_max: Duration::from_micros(args.inline_run_max_us),
         };
         let repository = ModelRepository::new(&model_dir, loader)
+            .with_memory_budget(args.model_memory_budget)
             .with_allowed_roots(&args.allow_model_paths)
             .map_err(|err| err.to_string())?;
         let repository = match source.models.served(&repository) {

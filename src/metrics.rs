@@ -4,6 +4,7 @@
 //! standard `process_*` names, without the prefix, as every Prometheus client exports them.
 
 mod process;
+mod residency;
 
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -226,6 +227,7 @@ pub struct Metrics {
     model_unloads: Family<ModelLabels, Counter>,
     model_load_failures: Family<ModelLabels, Counter>,
     model_ready: Family<VersionLabels, Gauge>,
+    residency: residency::ResidencyMetrics,
 }
 
 impl Default for Metrics {
@@ -372,6 +374,7 @@ impl Metrics {
             "1 while a model version serves, 0 while it loads, failed, or was unloaded",
             model_ready.clone(),
         );
+        let residency = residency::ResidencyMetrics::register(registry);
         Self {
             registry: root,
             tensor_bytes_copied,
@@ -391,6 +394,7 @@ impl Metrics {
             model_unloads,
             model_load_failures,
             model_ready,
+            residency,
         }
     }
 
@@ -426,6 +430,7 @@ impl Metrics {
         ] {
             drop(family.get_or_create(&labels));
         }
+        self.register_residency(name);
     }
 
     /// Replaces the model-ready gauges with `versions` (model, version, serving), so that

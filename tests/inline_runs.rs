@@ -58,6 +58,7 @@ async fn start_gated() -> (TestServer, OpenOnDrop) {
         ServerOptions::default(),
         Some(gate.decorator("ranker")),
         ANY_MEASURED,
+        |repository| repository,
     )
     .await;
     gate.close();

@@ -23,7 +23,7 @@ use tonic_health::ServingStatus;
 use crate::api::rest_util::json_response;
 use crate::api::route_table::Routes;
 use crate::infer::InferService;
-use crate::repository::{ModelRecord, ModelRepository, VersionState};
+use crate::repository::{ModelRecord, ModelRepository, Residence, VersionState};
 
 /// The gRPC services whose health is reported by name, besides the overall "".
 pub const GRPC_SERVICES: [&str; 3] = [
@@ -165,6 +165,11 @@ fn model_readiness(model: &ModelRecord) -> ModelReadiness {
             VersionState::Loading => return ModelReadiness::Loading,
             VersionState::Available(_) | VersionState::End { error: Some(_) } => unloaded = false,
             VersionState::Unloading | VersionState::End { error: None } => {}
+            // Loads on its first request: as good as serving for readiness.
+            VersionState::NotResident(Residence::NotLoaded | Residence::Evicted) => {
+                return ModelReadiness::Serving
+            }
+            VersionState::NotResident(Residence::TooLarge { .. }) => unloaded = false,
         }
     }
     if unloaded {

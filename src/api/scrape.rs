@@ -31,6 +31,7 @@ async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> 
     let metrics = infer.metrics();
     let (regions, bytes) = infer.shm().usage();
     metrics.set_shared_memory(regions, bytes);
+    metrics.set_model_memory(infer.repository().resident_memory());
     let snapshot = infer.repository().snapshot();
     metrics.set_model_ready(snapshot.models().flat_map(|model| {
         model.versions.iter().map(|(version, state)| {

@@ -9,15 +9,20 @@
 //!   already hold it finish, then it is dropped and its batcher drains and stops.
 //! - A version that is no longer aspired keeps serving while no aspired version is available
 //!   (so a broken new version never leaves a model with nothing), unless its folder is gone.
+//! - Under `--model-memory-budget`, only pinned models load here; the others are published as
+//!   not resident and load on their first request (see `residency`). With `reload =
+//!   "unload-first"`, the version being replaced drains and drops before its successor loads.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
+use super::budget::{LoadMeasure, MemoryMeter};
 use super::confine::{check_model_name, ConfineError, ModelRoots};
-use super::model_config::ModelConfig;
+use super::model_config::{ModelConfig, ReloadMode};
+use super::residency::{Residence, Residency};
 use super::{
     scan_model, subfolders, warmup, warmup_log, LoadedModel, Loader, ModelRecord, ScanError,
     Snapshot, VersionFolder, VersionPolicy, VersionState, WarmupConfig, EXPECTED_LAYOUT,
@@ -43,15 +48,19 @@ pub struct ServedModel {
 
 /// What the reconciler remembers between runs; guarded by the reconcile lock.
 #[derive(Default)]
-struct Control {
+pub(super) struct Control {
     /// Versions that failed, with a fingerprint of their files: retried when it changes.
-    failures: HashMap<(String, u64), Fingerprint>,
+    pub(super) failures: HashMap<(String, u64), Fingerprint>,
     /// Models unloaded through the API: not loaded again until the API loads them.
     unloaded: HashSet<String>,
     /// Set by the reload-config API: exactly these models are served.
     served: Option<BTreeMap<String, ServedModel>>,
     /// Closed when the loaded version is dropped: a retiring version is UNLOADING until then.
-    alive: HashMap<(String, u64), oneshot::Receiver<()>>,
+    pub(super) alive: HashMap<(String, u64), oneshot::Receiver<()>>,
+    /// Under a memory budget: where each version that loads on demand is, and its settings.
+    pub(super) standby: HashMap<(String, u64), (VersionFolder, ModelConfig)>,
+    /// The memory each version's last load took: the expected size of its next load.
+    pub(super) measured: HashMap<(String, u64), u64>,
     /// The problem last logged for each model folder: a poll logs a problem only when it
     /// differs, so an operator reads it once rather than every `--model-poll-secs`.
     reported: HashMap<String, String>,
@@ -69,7 +78,7 @@ impl Control {
 }
 
 /// Sizes and modification times of a version folder's files.
-type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+pub(super) type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
 /// A model as found on disk, with its settings.
 struct Source {
@@ -87,16 +96,22 @@ pub struct ModelRepository {
     dir: PathBuf,
     /// Where the admin APIs may point models: `--model-dir` and `--allow-model-paths`.
     roots: ModelRoots,
-    loader: Arc<Loader>,
+    pub(super) loader: Arc<Loader>,
     /// Swapped whole; held only to clone or replace the `Arc`, never across an await.
     snapshot: RwLock<Arc<Snapshot>>,
-    /// One reconciliation at a time.
-    control: tokio::sync::Mutex<Control>,
+    /// One reconciliation, or one load on demand, at a time.
+    pub(super) control: tokio::sync::Mutex<Control>,
     /// Applied to every backend right after it loads, before warmup; none in production.
     decorate: Option<BackendDecorator>,
     /// Set once the first reconciliation has finished, whatever its outcome: until then the
     /// server is live but not ready.
     initial_load_settled: AtomicBool,
+    /// `--model-memory-budget`: `None` keeps every served version resident.
+    pub(super) budget: Option<u64>,
+    /// Use order and loads in progress under the budget.
+    pub(super) residency: Residency,
+    /// Measures each load's memory, one load at a time.
+    measure: Arc<LoadMeasure>,
 }
 
 /// Wraps a freshly loaded backend of the named model, for instance to observe its runs or
@@ -114,7 +129,44 @@ impl ModelRepository {
             control: tokio::sync::Mutex::new(Control::default()),
             decorate: None,
             initial_load_settled: AtomicBool::new(false),
+            budget: None,
+            residency: Residency::default(),
+            measure: Arc::new(LoadMeasure::default()),
         }
+    }
+
+    /// Keeps the memory of resident versions under `budget` bytes (`--model-memory-budget`):
+    /// versions load on their first request and the least recently used are evicted.
+    #[must_use]
+    pub fn with_memory_budget(mut self, budget: Option<u64>) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Measures loads with `meter` instead of by resident memory.
+    #[must_use]
+    pub fn with_memory_meter(mut self, meter: MemoryMeter) -> Self {
+        self.measure = Arc::new(LoadMeasure::new(meter));
+        self
+    }
+
+    /// The memory budget, if any.
+    pub fn memory_budget(&self) -> Option<u64> {
+        self.budget
+    }
+
+    /// The measured memory of each resident version: (model, version, bytes).
+    pub fn resident_memory(&self) -> Vec<(String, u64, u64)> {
+        self.snapshot()
+            .models()
+            .flat_map(|record| record.versions.values())
+            .filter_map(|state| match state {
+                VersionState::Available(model) => {
+                    Some((model.name.clone(), model.version, model.memory_bytes))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// The same repository, with every backend it loads passed through `decorate`.
@@ -162,7 +214,7 @@ impl ModelRepository {
         *guard = Arc::new(next);
     }
 
-    fn set_state(&self, model: &str, version: u64, state: VersionState) {
+    pub(super) fn set_state(&self, model: &str, version: u64, state: VersionState) {
         self.publish(|snapshot| {
             snapshot
                 .models
@@ -177,7 +229,9 @@ impl ModelRepository {
     pub async fn reconcile(&self) -> Result<(), ScanError> {
         let mut control = self.control.lock().await;
         let result = self.reconcile_locked(&mut control, None).await;
-        self.initial_load_settled.store(true, Ordering::Release);
+        if !self.initial_load_settled.swap(true, Ordering::AcqRel) {
+            self.warn_if_pinned_exceed_budget();
+        }
         result
     }
 
@@ -387,27 +441,55 @@ impl ModelRepository {
                 .unwrap_or_else(|| config.version_labels.clone());
         });
 
-        for folder in source
+        let to_load: Vec<(&VersionFolder, Fingerprint)> = source
             .versions
             .iter()
             .filter(|v| aspired.contains(&v.version))
-        {
-            if self.is_serving(&source.name, folder.version) {
-                continue;
-            }
-            let key = (source.name.clone(), folder.version);
-            let fingerprint = fingerprint(&folder.path);
-            if control.failures.get(&key) == Some(&fingerprint) {
-                continue;
-            }
-            match self.load(&source.name, folder, &config).await {
-                Ok(alive) => {
-                    control.failures.remove(&key);
-                    control.alive.insert(key, alive);
+            .filter(|v| !self.is_serving(&source.name, v.version))
+            .map(|v| (v, fingerprint(&v.path)))
+            .filter(|(v, print)| {
+                control.failures.get(&(source.name.clone(), v.version)) != Some(print)
+            })
+            .collect();
+        if self.budget.is_some() && !config.lifecycle.pinned {
+            // Loads wait for the first request (see `residency`).
+            for (folder, _) in to_load {
+                let key = (source.name.clone(), folder.version);
+                control
+                    .standby
+                    .insert(key, (folder.clone(), config.clone()));
+                if !matches!(
+                    self.state_of(&source.name, folder.version),
+                    Some(VersionState::NotResident(_))
+                ) {
+                    self.set_state(
+                        &source.name,
+                        folder.version,
+                        VersionState::NotResident(Residence::NotLoaded),
+                    );
                 }
-                Err(_) => {
-                    control.failures.insert(key, fingerprint);
+            }
+        } else {
+            let unload_first =
+                config.lifecycle.reload == ReloadMode::UnloadFirst && !to_load.is_empty();
+            if unload_first {
+                self.unload_before_reload(control, &source.name, &aspired)
+                    .await;
+            }
+            for (folder, fingerprint) in to_load {
+                let key = (source.name.clone(), folder.version);
+                match self.load(&source.name, folder, &config).await {
+                    Ok(alive) => {
+                        control.failures.remove(&key);
+                        control.alive.insert(key, alive);
+                    }
+                    Err(()) => {
+                        control.failures.insert(key, fingerprint);
+                    }
                 }
+            }
+            if unload_first {
+                self.residency.reloading().remove(&source.name);
             }
         }
 
@@ -416,9 +498,23 @@ impl ModelRepository {
         let Ok(record) = snapshot.model(&source.name) else {
             return;
         };
-        let aspired_serving = aspired
+        let aspired_serving = aspired.iter().any(|v| {
+            matches!(
+                record.versions.get(v),
+                Some(
+                    VersionState::Available(_)
+                        | VersionState::NotResident(Residence::NotLoaded | Residence::Evicted)
+                )
+            )
+        });
+        let forgotten: Vec<u64> = record
+            .versions
             .iter()
-            .any(|v| matches!(record.versions.get(v), Some(VersionState::Available(_))));
+            .filter(|(v, state)| {
+                !aspired.contains(v) && matches!(state, VersionState::NotResident(_))
+            })
+            .map(|(v, _)| *v)
+            .collect();
         let retire: Vec<u64> = record
             .versions
             .iter()
@@ -431,10 +527,80 @@ impl ModelRepository {
         for version in retire {
             self.retire(control, &source.name, version);
         }
+        for version in forgotten {
+            control.standby.remove(&(source.name.clone(), version));
+            self.set_state(&source.name, version, VersionState::End { error: None });
+        }
         // Failures of versions no longer on disk are forgotten.
         control
             .failures
             .retain(|(model, v), _| model != &source.name || on_disk.contains(v));
+    }
+
+    /// Pinned models are loaded whatever the budget; if they hold all of it, nothing else
+    /// can load, which an operator should learn at start rather than from refusals.
+    fn warn_if_pinned_exceed_budget(&self) {
+        let Some(budget) = self.budget else {
+            return;
+        };
+        let pinned: u64 = self
+            .snapshot()
+            .models()
+            .flat_map(|record| record.versions.values())
+            .filter_map(|state| match state {
+                VersionState::Available(model) if model.pinned => Some(model.memory_bytes),
+                _ => None,
+            })
+            .sum();
+        if pinned >= budget {
+            tracing::warn!(
+                pinned,
+                budget,
+                "pinned models hold the whole --model-memory-budget: other models cannot load"
+            );
+        }
+    }
+
+    fn state_of(&self, model: &str, version: u64) -> Option<VersionState> {
+        self.snapshot()
+            .model(model)
+            .ok()
+            .and_then(|record| record.versions.get(&version).cloned())
+    }
+
+    /// `reload = "unload-first"`: drains and drops the versions that the new ones replace
+    /// before those load. Requests meanwhile wait for the new version (see `residency`).
+    async fn unload_before_reload(&self, control: &mut Control, model: &str, aspired: &[u64]) {
+        let old: Vec<u64> = self
+            .snapshot()
+            .model(model)
+            .map(|record| {
+                record
+                    .versions
+                    .iter()
+                    .filter(|(v, state)| {
+                        !aspired.contains(v) && matches!(state, VersionState::Available(_))
+                    })
+                    .map(|(v, _)| *v)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if old.is_empty() {
+            return;
+        }
+        self.residency.reloading().insert(model.to_owned());
+        for version in old {
+            self.retire(control, model, version);
+            if let Some(alive) = control.alive.remove(&(model.to_owned(), version)) {
+                let _ = alive.await;
+            }
+            self.set_state(model, version, VersionState::End { error: None });
+            tracing::info!(
+                model,
+                version,
+                "unloaded before its successor loads (reload = unload-first)"
+            );
+        }
     }
 
     fn is_serving(&self, model: &str, version: u64) -> bool {
@@ -449,7 +615,7 @@ impl ModelRepository {
 
     /// Loads and warms up one version off the reactor, then publishes it. Returns a receiver
     /// that closes when the loaded version is finally dropped.
-    async fn load(
+    pub(super) async fn load(
         &self,
         model: &str,
         folder: &VersionFolder,
@@ -489,7 +655,9 @@ impl ModelRepository {
         let task_config = config.clone();
         let name = model.to_owned();
         let decorate = self.decorate.clone();
+        let measure = self.measure.clone();
         let loaded = tokio::task::spawn_blocking(move || {
+          measure.measure(&task_folder.path, || {
             let backend = loader.load(&task_folder, &task_config).map_err(|err| err.to_string())?;
             let backend = match &decorate {
                 Some(decorate) => decorate(&name, backend),
@@ -517,12 +685,13 @@ impl ModelRepository {
                 Err(err) => tracing::warn!(model = %name, version = task_folder.version, error = %err, "default warmup failed; serving anyway"),
             }
             Ok(backend)
+          })
         })
         .await
         .map_err(|err| format!("loading failed: {err}"))
         .and_then(|result| result);
         match loaded {
-            Ok(backend) => {
+            Ok((backend, memory_bytes)) => {
                 let batching = config
                     .batching
                     .clone()
@@ -546,8 +715,12 @@ impl ModelRepository {
                     backend,
                     batcher,
                     stats,
+                    memory_bytes,
+                    pinned: config.lifecycle.pinned,
+                    last_used: AtomicU64::new(0),
                     _alive: alive_tx,
                 };
+                self.residency.touch(&loaded);
                 self.set_state(
                     model,
                     folder.version,
@@ -556,7 +729,7 @@ impl ModelRepository {
                 self.loader
                     .metrics
                     .record_model_event(model, ModelEvent::Loaded);
-                tracing::info!(model, version = folder.version, "available");
+                tracing::info!(model, version = folder.version, memory_bytes, "available");
                 Ok(alive_rx)
             }
             Err(error) => {
@@ -592,6 +765,7 @@ impl ModelRepository {
     /// Takes a version out of service. Requests that hold it finish; it is UNLOADING until
     /// the last of them lets go, then END.
     fn retire(&self, control: &mut Control, model: &str, version: u64) {
+        control.standby.remove(&(model.to_owned(), version));
         self.set_state(model, version, VersionState::Unloading);
         self.loader
             .metrics
@@ -613,9 +787,19 @@ impl ModelRepository {
             .filter(|(_, state)| matches!(state, VersionState::Available(_)))
             .map(|(v, _)| *v)
             .collect();
+        let not_resident: Vec<u64> = record
+            .versions
+            .iter()
+            .filter(|(_, state)| matches!(state, VersionState::NotResident(_)))
+            .map(|(v, _)| *v)
+            .collect();
         drop(snapshot);
         for version in serving {
             self.retire(control, model, version);
+        }
+        for version in not_resident {
+            control.standby.remove(&(model.to_owned(), version));
+            self.set_state(model, version, VersionState::End { error: None });
         }
     }
 
@@ -676,7 +860,7 @@ fn no_version_problem(folder: &Path) -> String {
     }
 }
 
-fn fingerprint(dir: &Path) -> Fingerprint {
+pub(super) fn fingerprint(dir: &Path) -> Fingerprint {
     let mut files: Fingerprint = walk(dir)
         .into_iter()
         .filter_map(|path| {

@@ -6,10 +6,12 @@
 //! alive for as long as it runs. The lifecycle ([`ModelRepository`]) builds new snapshots as
 //! versions load, warm up, and retire, and swaps them in atomically.
 
+mod budget;
 mod confine;
 mod declared;
 mod lifecycle;
 mod model_config;
+mod residency;
 mod scan;
 mod startup;
 pub mod tfrecord;
@@ -20,13 +22,17 @@ mod warmup;
 mod warmup_log;
 
 pub use crate::version::{VersionError, VersionSelector};
+pub use budget::{
+    files_size, parse_size, peak_resident_bytes, resident_bytes, LoadMeasure, MemoryMeter,
+};
 pub use confine::{check_model_name, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES};
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{BackendDecorator, ModelRepository, ServedModel};
 pub use model_config::{
-    InstancesConfig, ModelConfig, ModelConfigError, VersionPolicy, WarmupConfig, MAX_INSTANCES,
-    MODEL_CONFIG_FILE,
+    InstancesConfig, LifecycleConfig, ModelConfig, ModelConfigError, ReloadMode, VersionPolicy,
+    WarmupConfig, MAX_INSTANCES, MODEL_CONFIG_FILE,
 };
+pub use residency::{Residence, ResidencyError};
 pub use scan::{
     holds_one_model, is_flat, model_file_in, parse_version, scan_model, subfolders, ScanError,
     VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION, ONNX_MODEL_FILE, SAVED_MODEL_FILE,
@@ -276,6 +282,12 @@ pub struct LoadedModel {
     /// drain its queue and stop.
     pub batcher: BatcherHandle,
     pub stats: Arc<ModelStats>,
+    /// The memory its load took (see `budget`), counted against `--model-memory-budget`.
+    pub memory_bytes: u64,
+    /// `[lifecycle] pinned`: never evicted.
+    pub pinned: bool,
+    /// When it last served a request, in the repository's ticks: the eviction order.
+    pub last_used: std::sync::atomic::AtomicU64,
     /// Dropped with the version, which tells the lifecycle its last request has finished.
     _alive: tokio::sync::oneshot::Sender<()>,
 }
@@ -312,6 +324,8 @@ pub enum VersionState {
     Available(Arc<LoadedModel>),
     /// Retiring: no new requests; requests already running finish.
     Unloading,
+    /// Known, not in memory: loads on its first request (`--model-memory-budget`).
+    NotResident(Residence),
     /// Not serving: unloaded (`error` is `None`) or failed to load or warm up.
     End {
         error: Option<String>,
@@ -398,6 +412,10 @@ impl ModelRecord {
                 reason: self.versions.values().rev().find_map(|state| match state {
                     VersionState::End { error } => error.clone(),
                     VersionState::Loading => Some("a version is still loading".to_owned()),
+                    VersionState::NotResident(residence) => Some(format!(
+                        "the newest version is not in memory ({}); an inference request loads it",
+                        residence.reason()
+                    )),
                     _ => None,
                 }),
             })

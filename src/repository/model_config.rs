@@ -23,6 +23,10 @@
 //! [instances]                 # batches of one version that run at once (default:
 //! count = 2                   # --instances; 0: automatic, see `Loader::instances`)
 //!
+//! [lifecycle]                 # with --model-memory-budget: keep this model resident
+//! pinned = true               # (loaded at start, never evicted); reload = "unload-first"
+//! reload = "side-by-side"     # drops the old version before the new one loads
+//!
 //! [[input]]                   # the signature, for formats whose files carry none
 //! name = "features"           # (TorchScript); see `declared`
 //! dtype = "FP32"
@@ -64,6 +68,9 @@ pub struct ModelConfig {
     pub runtime: RuntimeConfig,
     /// `[instances]`: how many batches of one version may run at once.
     pub instances: Option<InstancesConfig>,
+    /// `[lifecycle]`: residency under a memory budget, and how a new version replaces the old.
+    #[serde(default)]
+    pub lifecycle: LifecycleConfig,
     /// `[[input]]` tables: the declared signature's inputs, in the order the model takes them.
     #[serde(default)]
     pub input: Vec<DeclaredTensor>,
@@ -91,6 +98,30 @@ pub const MAX_INSTANCES: usize = 64;
 pub struct InstancesConfig {
     /// Instances of each loaded version; 0 picks automatically.
     pub count: usize,
+}
+
+/// `[lifecycle]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleConfig {
+    /// Under `--model-memory-budget`: loaded at start and never evicted.
+    #[serde(default)]
+    pub pinned: bool,
+    #[serde(default)]
+    pub reload: ReloadMode,
+}
+
+/// How a new version of a model replaces the one serving.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReloadMode {
+    /// Load and warm up the new version while the old one serves, then swap: no gap, but
+    /// both versions are in memory for a while.
+    #[default]
+    SideBySide,
+    /// Drain and drop the old version first, then load the new one: the model's memory never
+    /// doubles, and its requests get UNAVAILABLE until the new version serves.
+    UnloadFirst,
 }
 
 /// `[version_policy]` as written; [`ModelConfig::policy`] checks it.
@@ -231,6 +262,7 @@ impl ModelConfig {
             input,
             output,
             instances: self.instances.or(base.instances),
+            lifecycle: self.lifecycle,
             model_filename: self.model_filename.or(base.model_filename),
             platform: self.platform.or(base.platform),
             ignored: triton.ignored,
@@ -343,9 +375,17 @@ mod tests {
              [version_policy]\nspecific = [1, 3]\n\
              [version_labels]\nstable = 1\n\
              [warmup]\nrequests = 2\nshapes = { x = [1, 4] }\n\
-             [instances]\ncount = 3\n",
+             [instances]\ncount = 3\n\
+             [lifecycle]\npinned = true\nreload = \"unload-first\"\n",
         )?;
         assert_eq!(config.instances, Some(InstancesConfig { count: 3 }));
+        assert_eq!(
+            config.lifecycle,
+            LifecycleConfig {
+                pinned: true,
+                reload: ReloadMode::UnloadFirst
+            }
+        );
         assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(32));
         assert_eq!(config.policy(), Ok(VersionPolicy::Specific(vec![1, 3])));
         assert_eq!(config.version_labels.get("stable"), Some(&1));
@@ -365,6 +405,8 @@ mod tests {
             ("[instances]\ncount = -1\n", "expected usize"),
             ("[instances]\nkind = \"gpu\"\n", "kind"),
             ("[instances]\ncount = 1000\n", "at most 64"),
+            ("[lifecycle]\nreload = \"swap\"\n", "unload-first"),
+            ("[lifecycle]\npinned = \"yes\"\n", "bool"),
         ] {
             let err = with_config(text).err().unwrap_or_default();
             assert!(err.contains(needle), "{text:?}: {err}");

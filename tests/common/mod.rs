@@ -76,10 +76,22 @@ impl TestServer {
         options: ServerOptions,
         decorate: Option<BackendDecorator>,
     ) -> Self {
-        Self::start_full(models, batching, options, decorate, Duration::ZERO).await
+        Self::start_configured(models, batching, options, decorate, |repository| repository).await
     }
 
-    /// Like [`Self::start_decorated`], letting requests of models whose runs take at most
+    /// Like [`Self::start_decorated`], with the repository's own settings (a memory budget,
+    /// say) applied by `configure` before the first load.
+    pub async fn start_configured(
+        models: &str,
+        batching: BatchSettings,
+        options: ServerOptions,
+        decorate: Option<BackendDecorator>,
+        configure: impl FnOnce(ModelRepository) -> ModelRepository,
+    ) -> Self {
+        Self::start_full(models, batching, options, decorate, Duration::ZERO, configure).await
+    }
+
+    /// Like [`Self::start_configured`], letting requests of models whose runs take at most
     /// `inline_run_max` run on the calling thread (the tests above keep every request on the
     /// queue, so that what they observe does not depend on how fast a run was).
     pub async fn start_full(
@@ -88,6 +100,7 @@ impl TestServer {
         options: ServerOptions,
         decorate: Option<BackendDecorator>,
         inline_run_max: Duration,
+        configure: impl FnOnce(ModelRepository) -> ModelRepository,
     ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
@@ -105,7 +118,7 @@ impl TestServer {
         if let Some(decorate) = decorate {
             repository = repository.with_backend_decorator(decorate);
         }
-        let repository = Arc::new(repository);
+        let repository = Arc::new(configure(repository));
         repository
             .reconcile()
             .await

@@ -57,7 +57,8 @@ pub async fn infer(
             priority: request.priority,
             timeout: request.timeout,
         })
-    })?;
+    })
+    .await?;
     let result = service.run(prepared).await;
     // A poisoned region explains a failure better than whatever the runtime made of zeros.
     check_intact(&used)?;

@@ -266,6 +266,8 @@ pub struct IndexEntry {
     pub version: String,
     pub state: &'static str,
     pub reason: String,
+    /// The memory a resident version took at load (`tensorport_model_memory_bytes`).
+    pub memory_bytes: Option<u64>,
 }
 
 /// Every model in the repository with the state of each managed version.
@@ -273,13 +275,18 @@ pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEn
     let mut entries = Vec::new();
     let snapshot = service.repository().snapshot();
     for record in snapshot.models() {
-        for (version, state) in &record.versions {
-            let (state, reason) = match state {
+        for (version, state_of) in &record.versions {
+            let (state, reason) = match state_of {
                 VersionState::Loading => ("LOADING", String::new()),
                 VersionState::Available(_) => ("READY", String::new()),
                 VersionState::Unloading => ("UNLOADING", String::new()),
                 VersionState::End { error: None } => ("UNAVAILABLE", "unloaded".to_owned()),
                 VersionState::End { error: Some(error) } => ("UNAVAILABLE", error.clone()),
+                VersionState::NotResident(residence) => ("UNAVAILABLE", residence.reason()),
+            };
+            let memory_bytes = match state_of {
+                VersionState::Available(loaded) => Some(loaded.memory_bytes),
+                _ => None,
             };
             if ready_only && state != "READY" {
                 continue;
@@ -289,6 +296,7 @@ pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEn
                 version: version.to_string(),
                 state,
                 reason,
+                memory_bytes,
             });
         }
     }

@@ -24,7 +24,10 @@ pub(super) async fn index(State(s): Shared, body: Bytes) -> Reply {
     };
     let rows: Vec<Value> = repository_index(&s, ready_only)
         .into_iter()
-        .map(|e| json!({ "name": e.name, "version": e.version, "state": e.state, "reason": e.reason }))
+        .map(|e| match e.memory_bytes {
+            Some(bytes) => json!({ "name": e.name, "version": e.version, "state": e.state, "reason": e.reason, "memory_bytes": bytes }),
+            None => json!({ "name": e.name, "version": e.version, "state": e.state, "reason": e.reason }),
+        })
         .collect();
     Ok(json_response(&Value::Array(rows)))
 }

@@ -388,16 +388,18 @@ pub async fn run(
     outputs: impl FnOnce(&Signature) -> Result<Vec<String>, Error>,
 ) -> Result<PredictionResult, Error> {
     let limits = *infer.limits();
-    let prepared = infer.prepare(target, context, |sig| {
-        let output_filter = outputs(sig)?;
-        let inputs = examples.inputs(sig, &limits)?;
-        // TF Serving's API has no priority, and no timeout but the transport's.
-        Ok(Decoded {
-            inputs,
-            output_filter,
-            ..Decoded::default()
+    let prepared = infer
+        .prepare(target, context, |sig| {
+            let output_filter = outputs(sig)?;
+            let inputs = examples.inputs(sig, &limits)?;
+            // TF Serving's API has no priority, and no timeout but the transport's.
+            Ok(Decoded {
+                inputs,
+                output_filter,
+                ..Decoded::default()
+            })
         })
-    })?;
+        .await?;
     infer.run(prepared).await
 }
 

@@ -40,7 +40,8 @@ pub(super) async fn predict(
             output_filter,
             ..Decoded::default()
         })
-    })?;
+    })
+    .await?;
     let result = grpc.infer.run(prepared).await?;
     let outputs = result
         .outputs

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::proto::tensorflow::error::Code as TfCode;
 use crate::proto::tensorflow::serving::model_version_status::State;
 use crate::proto::tensorflow::{tensor_info, SignatureDef, TensorInfo};
-use crate::repository::{LoadedModel, ModelRecord, VersionState};
+use crate::repository::{LoadedModel, ModelRecord, Residence, VersionState};
 
 /// TF Serving's method name for predict signatures.
 pub const PREDICT_METHOD: &str = "tensorflow/serving/predict";
@@ -56,6 +56,12 @@ pub fn version_statuses(
                 VersionState::Available(_) => (State::Available, None),
                 VersionState::Unloading => (State::Unloading, None),
                 VersionState::End { error } => (State::End, error.clone()),
+                // Not in memory under --model-memory-budget: END, as TF Serving reports a
+                // version it has unloaded; a too-large one carries why.
+                VersionState::NotResident(residence @ Residence::TooLarge { .. }) => {
+                    (State::End, Some(residence.reason()))
+                }
+                VersionState::NotResident(_) => (State::End, None),
             };
             VersionStatus {
                 version,

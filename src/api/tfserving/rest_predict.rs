@@ -98,7 +98,8 @@ pub(super) async fn predict(
             inputs,
             ..Decoded::default()
         })
-    })?;
+    })
+    .await?;
     let result = infer.run(prepared).await?;
     let body = if row_format {
         predictions_body(&result)?
