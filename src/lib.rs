@@ -9,8 +9,10 @@
 //!        ─> infer::InferService::prepare (resolve model@version, pick the signature,
 //!           validate: a batcher::ValidRequest)
 //!        ─> batcher (bounded queue per version; drops expired work; up to `[instances]`
-//!           batches at once)
-//!        ─> backend::Backend (ONNX Runtime, on a blocking thread)
+//!           batches at once; a fast model's request that finds the queue empty and an
+//!           instance free runs inline instead)
+//!        ─> backend::Backend (ONNX Runtime, on a blocking thread, or inline under
+//!           `--inline-run-max-us`)
 //!        <─ outputs encoded in the caller's protocol
 //! ```
 //!

@@ -22,6 +22,9 @@ pub enum Protocol {
     TfsRest,
     /// No server: the model run in-process through ONNX Runtime.
     Floor,
+    /// KServe `GET /v2/health/live`: the HTTP stack alone, no model (`--model` and `--input`
+    /// are still required, and ignored), as the ceiling KServe HTTP cells are compared with.
+    HealthLive,
 }
 
 impl Protocol {
@@ -33,6 +36,7 @@ impl Protocol {
             Self::TfsGrpc => "tfs-grpc",
             Self::TfsRest => "tfs-rest",
             Self::Floor => "floor",
+            Self::HealthLive => "health-live",
         }
     }
 }

@@ -61,6 +61,7 @@ pub async fn post_json(
 #[derive(Clone)]
 pub struct HttpSender {
     client: HttpClient,
+    method: Method,
     uri: Uri,
     content_type: HeaderValue,
     /// The binary extension's JSON header length, when the body uses it.
@@ -82,6 +83,7 @@ impl HttpSender {
         };
         Self {
             client,
+            method: Method::POST,
             uri,
             content_type: HeaderValue::from_static(content_type),
             header_length: header_length.map(HeaderValue::from),
@@ -89,11 +91,19 @@ impl HttpSender {
         }
     }
 
+    /// GETs `uri` with no body.
+    pub fn get(client: HttpClient, uri: Uri) -> Self {
+        Self {
+            method: Method::GET,
+            ..Self::new(client, uri, vec![Bytes::new()], None)
+        }
+    }
+
     /// One request with the body of `slot`; an error is named by its HTTP status.
     pub async fn send(&self, slot: usize) -> Result<(), String> {
         let body = self.bodies[slot % self.bodies.len()].clone();
         let mut request = Request::builder()
-            .method(Method::POST)
+            .method(self.method.clone())
             .uri(self.uri.clone())
             .header(CONTENT_TYPE, self.content_type.clone());
         if let Some(length) = &self.header_length {

@@ -119,6 +119,11 @@ impl Setup {
                 let sender = HttpSender::new(client.clone(), uri, bodies, header_length);
                 (Sender::Http(Box::new(sender)), Registration::Http(client))
             }
+            Protocol::HealthLive => {
+                let client = http::client();
+                let sender = HttpSender::get(client.clone(), http_uri("/v2/health/live".into())?);
+                (Sender::Http(Box::new(sender)), Registration::Http(client))
+            }
             Protocol::Floor => {
                 let sender = FloorSender::new(config, &data)?;
                 return Ok(Self {

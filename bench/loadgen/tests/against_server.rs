@@ -140,6 +140,7 @@ async fn every_protocol_runs_without_errors() {
         ranker(Protocol::KserveHttp, &server.rest),
         ranker(Protocol::KserveHttpBinary, &server.rest),
         ranker(Protocol::TfsRest, &server.rest),
+        ranker(Protocol::HealthLive, &server.rest),
     ];
     for (protocol, target) in [
         (Protocol::KserveGrpc, &server.grpc),
