@@ -9,7 +9,13 @@
 //!   feed `[n, k]`, and every example must then carry `k` values.
 //! - **Serialized examples** (TensorFlow's classification and regression signatures): a
 //!   signature whose only input is a string tensor that no feature is named after receives the
-//!   examples themselves, serialized, one string per example, as TF Serving feeds them.
+//!   examples themselves, serialized, one string per example, as TF Serving feeds them. A
+//!   signature that declares the operation's method (a SavedModel's `method_name`) always does.
+//!
+//! Which signature: the one the request names; without a name, the model's default, unless the
+//! default does not declare the operation's method and another signature does (a SavedModel
+//! exported with `classification` / `regression` signatures beside a Predict `serving_default`),
+//! which then answers.
 //!
 //! Context features (`example_list_with_context`) apply to every example; an example's own
 //! feature of the same name wins.
@@ -17,7 +23,7 @@
 use bytes::Bytes;
 use prost::Message;
 
-use crate::backend::{NamedTensor, Signature, TensorSpec};
+use crate::backend::{Backend, NamedTensor, Signature, TensorSpec};
 use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget, PredictionResult};
 use crate::proto::tensorflow::serving::{input, Input};
@@ -76,6 +82,12 @@ pub enum ExampleError {
         feature: String,
         value: i64,
         dtype: DataType,
+    },
+    #[error("signature '{signature}' declares {method}, so it must take serialized tf.Examples as its one string input; its inputs are: {inputs}")]
+    NotAnExampleSignature {
+        signature: String,
+        method: String,
+        inputs: String,
     },
     #[error("input '{feature}' would need {bytes} bytes for {examples} examples, over the limit of {limit}")]
     TooLarge {
@@ -158,6 +170,25 @@ impl Examples {
             .iter()
             .map(|spec| Ok((spec.name.clone(), self.column(sig, spec, limits)?)))
             .collect()
+    }
+
+    /// The one string input of a signature that declares `method`: the examples, serialized.
+    pub fn serialized_inputs(
+        &self,
+        sig: &Signature,
+        method: &str,
+        limits: &DecodeLimits,
+    ) -> Result<Vec<NamedTensor>, ExampleError> {
+        match sig.inputs.as_slice() {
+            [spec] if spec.dtype == DataType::String => {
+                Ok(vec![(spec.name.clone(), self.serialized(spec, limits)?)])
+            }
+            _ => Err(ExampleError::NotAnExampleSignature {
+                signature: sig.name.clone(),
+                method: method.to_owned(),
+                inputs: sig.input_names(),
+            }),
+        }
     }
 
     /// Each example serialized, with the context's features added where it lacks them.
@@ -376,21 +407,33 @@ impl Column {
     }
 }
 
-/// Runs `examples` through the signature `target` names, asking for the outputs `outputs`
-/// picks from it (an operation's rule, checked before anything runs). Goes through
-/// [`InferService::prepare`] like every other request, so the built inputs meet the same
-/// validation as a Predict's.
+/// Runs `examples` through the signature `target` names (or the one the module documentation
+/// picks for `method`), asking for the outputs `outputs` picks from it (an operation's rule,
+/// checked before anything runs). Goes through [`InferService::prepare`] like every other
+/// request, so the built inputs meet the same validation as a Predict's.
 pub async fn run(
     infer: &InferService,
     target: ModelTarget<'_>,
     context: Option<&RequestContext>,
     examples: &Examples,
+    method: &str,
     outputs: impl FnOnce(&Signature) -> Result<Vec<String>, Error>,
 ) -> Result<PredictionResult, Error> {
     let limits = *infer.limits();
+    let model = infer.resolve(target.model, target.version.clone())?;
+    let signature = route(model.backend.as_ref(), target.signature, method);
+    let target = ModelTarget {
+        signature: &signature,
+        ..target
+    };
     let prepared = infer.prepare(target, context, |sig| {
         let output_filter = outputs(sig)?;
-        let inputs = examples.inputs(sig, &limits)?;
+        let declares_method = model.backend.signature_method(&sig.name) == Some(method);
+        let inputs = if declares_method {
+            examples.serialized_inputs(sig, method, &limits)?
+        } else {
+            examples.inputs(sig, &limits)?
+        };
         // TF Serving's API has no priority, and no timeout but the transport's.
         Ok(Decoded {
             inputs,
@@ -399,6 +442,24 @@ pub async fn run(
         })
     })?;
     infer.run(prepared).await
+}
+
+/// The signature an operation of `method` calls when the request names `requested` (empty:
+/// none), as the module documentation says.
+fn route(backend: &dyn Backend, requested: &str, method: &str) -> String {
+    if !requested.is_empty() {
+        return requested.to_owned();
+    }
+    let signatures = backend.signatures();
+    let declares = |sig: &&Signature| backend.signature_method(&sig.name) == Some(method);
+    match signatures.first() {
+        Some(default) if !declares(&default) => signatures
+            .iter()
+            .find(declares)
+            .map(|sig| sig.name.clone())
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
 }
 
 /// The values of an output as one `f32` per entry, checking it holds `rows` rows of `per_row`

@@ -14,7 +14,7 @@ use axum::Extension;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use super::{rest_examples, signature_defs, state_name, version_statuses, PREDICT_METHOD};
+use super::{rest_examples, signature_defs, state_name, version_statuses};
 use crate::api::json_body::{self, RawObject};
 use crate::api::json_decode::{decode_rows, decode_value};
 use crate::api::json_tensor::{write_json_str, write_tensor};
@@ -282,7 +282,7 @@ fn metadata(infer: &InferService, model: &str, version: VersionRef<'_>) -> Resul
                 json!({
                     "inputs": infos(&def.inputs),
                     "outputs": infos(&def.outputs),
-                    "method_name": PREDICT_METHOD,
+                    "method_name": def.method_name,
                 }),
             )
         })
