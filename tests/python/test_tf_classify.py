@@ -107,9 +107,10 @@ def test_grpc_context_features_reach_the_parsed_examples(prediction_stub):
     assert [r.value for r in response.result.regressions] == pytest.approx([6.0, 10.0])
 
 
-def test_grpc_multi_inference_runs_both_signatures(prediction_stub):
+@pytest.mark.parametrize("names", [("classification", "regression"), ("", "")])
+def test_grpc_multi_inference_runs_both_signatures(prediction_stub, names):
     request = inference_pb2.MultiInferenceRequest()
-    for signature, method in (("classification", CLASSIFY), ("regression", REGRESS)):
+    for signature, method in zip(names, (CLASSIFY, REGRESS)):
         task = request.tasks.add()
         task.model_spec.name = MODEL
         task.model_spec.signature_name = signature

@@ -628,6 +628,104 @@ mod tests {
         assert!(matches!(built, Err(ExampleError::TooLarge { .. })));
     }
 
+    /// Signatures with the methods a SavedModel would declare for them.
+    struct Declared {
+        signatures: Vec<Signature>,
+        /// Parallel to `signatures`.
+        methods: Vec<Option<&'static str>>,
+    }
+
+    impl Declared {
+        fn new(declared: &[(&str, Option<&'static str>)]) -> Self {
+            let signatures = declared
+                .iter()
+                .map(|(name, _)| Signature {
+                    name: (*name).to_owned(),
+                    ..sig(Vec::new())
+                })
+                .collect();
+            let methods = declared.iter().map(|(_, method)| *method).collect();
+            Self {
+                signatures,
+                methods,
+            }
+        }
+    }
+
+    impl Backend for Declared {
+        fn platform(&self) -> &'static str {
+            "test"
+        }
+
+        fn signatures(&self) -> &[Signature] {
+            &self.signatures
+        }
+
+        fn signature_method(&self, signature: &str) -> Option<&str> {
+            let at = self.signatures.iter().position(|s| s.name == signature)?;
+            self.methods.get(at).copied().flatten()
+        }
+
+        fn run(
+            &self,
+            _: &Signature,
+            _: Vec<NamedTensor>,
+            _: &[String],
+        ) -> Result<Vec<NamedTensor>, crate::backend::BackendError> {
+            Ok(Vec::new())
+        }
+    }
+
+    const CLASSIFY: &str = "tensorflow/serving/classify";
+    const REGRESS: &str = "tensorflow/serving/regress";
+
+    #[test]
+    fn an_unnamed_signature_is_the_one_declaring_the_method() {
+        let exported = Declared::new(&[
+            ("serving_default", Some("tensorflow/serving/predict")),
+            ("classification", Some(CLASSIFY)),
+            ("regression", Some(REGRESS)),
+        ]);
+        assert_eq!(route(&exported, "", CLASSIFY), "classification");
+        assert_eq!(route(&exported, "", REGRESS), "regression");
+        // A named signature is the one called, whatever it declares.
+        assert_eq!(
+            route(&exported, "serving_default", CLASSIFY),
+            "serving_default"
+        );
+        assert_eq!(route(&exported, "regression", CLASSIFY), "regression");
+
+        // A default that declares the method stays the default.
+        let default_classifies = Declared::new(&[
+            ("serving_default", Some(CLASSIFY)),
+            ("other", Some(CLASSIFY)),
+        ]);
+        assert_eq!(route(&default_classifies, "", CLASSIFY), "");
+        // Formats without methods (ONNX, TorchScript) keep their default.
+        let onnx = Declared::new(&[("serving_default", None)]);
+        assert_eq!(route(&onnx, "", REGRESS), "");
+    }
+
+    #[test]
+    fn a_method_signature_takes_serialized_examples_only_through_one_string_input() {
+        let examples = Examples::new(vec![example(&[("x", floats(&[1.0]))])], None);
+        let examples = examples.unwrap_or_default();
+        let two = sig(vec![
+            TensorSpec::new("a", DataType::String, vec![-1]),
+            TensorSpec::new("b", DataType::String, vec![-1]),
+        ]);
+        let err = examples.serialized_inputs(&two, CLASSIFY, &DecodeLimits::default());
+        assert!(matches!(
+            err,
+            Err(ExampleError::NotAnExampleSignature { .. })
+        ));
+        // A feature named after the input does not change what such a signature receives.
+        let one = sig(vec![TensorSpec::new("x", DataType::String, vec![-1])]);
+        let inputs = examples.serialized_inputs(&one, CLASSIFY, &DecodeLimits::default());
+        let rows = inputs.map(|i| i[0].1.string_elements().map(<[_]>::len));
+        assert!(matches!(rows, Ok(Some(1))));
+    }
+
     #[test]
     fn a_lone_string_input_receives_serialized_examples() -> Result<(), ExampleError> {
         let sig = sig(vec![TensorSpec::new("inputs", DataType::String, vec![-1])]);

@@ -17,12 +17,44 @@ use tensorflow::{
     DataType as TfType, Graph, Operation, Session, SessionRunArgs, Status, Tensor as TfTensor,
 };
 
-use super::signatures::Endpoint;
-use crate::backend::BackendError;
+use super::signatures::{Binding, Endpoint};
+use crate::backend::{BackendError, Signature};
+use crate::tensor::DataType;
 
-/// Names of the operations this module adds; `/` keeps them apart from a model's own names,
-/// which never start with this prefix.
+/// Where the names of the operations this module adds start.
 const PREFIX: &str = "tensorport";
+
+/// `base`, or `base_N` where the model already has an operation called `base`.
+fn unused_name(graph: &Graph, base: &str) -> String {
+    let taken = |name: &str| matches!(graph.operation_by_name(name), Ok(Some(_)));
+    let mut name = base.to_owned();
+    let mut suffix = 0;
+    while taken(&name) {
+        suffix += 1;
+        name = format!("{base}_{suffix}");
+    }
+    name
+}
+
+/// Adds every string output of `signatures` an encoder, replacing its endpoint in `bindings`
+/// (parallel to `signatures`) by the encoder's.
+pub fn encode_string_outputs(
+    graph: &mut Graph,
+    signatures: &[Signature],
+    bindings: &mut [Binding],
+) -> Result<(), String> {
+    for (signature, binding) in signatures.iter().zip(bindings) {
+        for spec in &signature.outputs {
+            if spec.dtype != DataType::String {
+                continue;
+            }
+            if let Some(output) = binding.outputs.get_mut(&spec.name) {
+                *output = add_encoder(graph, output)?;
+            }
+        }
+    }
+    Ok(())
+}
 
 /// The decoding ops of one graph: base64 text in, byte strings out.
 pub struct Decoder {
@@ -35,7 +67,10 @@ impl Decoder {
     pub fn add_to(graph: &mut Graph) -> Result<Self, String> {
         let text = {
             let mut op = graph
-                .new_operation("Placeholder", &format!("{PREFIX}/bytes_in"))
+                .new_operation(
+                    "Placeholder",
+                    &unused_name(graph, &format!("{PREFIX}/bytes_in")),
+                )
                 .map_err(|err| err.to_string())?;
             op.set_attr_type("dtype", TfType::String)
                 .map_err(|err| err.to_string())?;
@@ -43,7 +78,10 @@ impl Decoder {
         };
         let bytes = {
             let mut op = graph
-                .new_operation("DecodeBase64", &format!("{PREFIX}/bytes_decode"))
+                .new_operation(
+                    "DecodeBase64",
+                    &unused_name(graph, &format!("{PREFIX}/bytes_decode")),
+                )
                 .map_err(|err| err.to_string())?;
             op.add_input(text.clone());
             op.finish().map_err(status_text)?
@@ -76,11 +114,12 @@ impl Decoder {
     }
 }
 
-/// Adds `EncodeBase64` over `output` to `graph` (the `index`-th such op) and returns its
-/// endpoint, which the server fetches instead of `output`.
-pub fn add_encoder(graph: &mut Graph, output: &Endpoint, index: usize) -> Result<Endpoint, String> {
+/// Adds `EncodeBase64` over `output` to `graph` and returns its endpoint, which the server
+/// fetches instead of `output`.
+fn add_encoder(graph: &mut Graph, output: &Endpoint) -> Result<Endpoint, String> {
+    let name = unused_name(graph, &format!("{PREFIX}/bytes_encode"));
     let mut op = graph
-        .new_operation("EncodeBase64", &format!("{PREFIX}/bytes_encode_{index}"))
+        .new_operation("EncodeBase64", &name)
         .map_err(|err| err.to_string())?;
     op.add_input(tensorflow::Output {
         operation: output.operation.clone(),
@@ -93,7 +132,7 @@ pub fn add_encoder(graph: &mut Graph, output: &Endpoint, index: usize) -> Result
     })
 }
 
-/// The bytes of one element fetched through [`add_encoder`].
+/// The bytes of one element fetched through an encoder.
 pub fn decode_element(text: &str) -> Result<Bytes, BackendError> {
     // EncodeBase64 writes no padding by default; padded text is accepted all the same.
     URL_SAFE_NO_PAD

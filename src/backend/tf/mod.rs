@@ -64,19 +64,8 @@ impl TfModel {
             )));
         }
         let (signatures, mut bindings): (Vec<Signature>, Vec<Binding>) = served.into_iter().unzip();
-        let mut encoders = 0;
-        for (signature, binding) in signatures.iter().zip(&mut bindings) {
-            for spec in &signature.outputs {
-                if spec.dtype != crate::tensor::DataType::String {
-                    continue;
-                }
-                if let Some(output) = binding.outputs.get_mut(&spec.name) {
-                    *output = byte_strings::add_encoder(&mut graph, output, encoders)
-                        .map_err(load_error)?;
-                    encoders += 1;
-                }
-            }
-        }
+        byte_strings::encode_string_outputs(&mut graph, &signatures, &mut bindings)
+            .map_err(load_error)?;
         let decoder = Decoder::add_to(&mut graph).map_err(load_error)?;
         Ok(Self {
             session: bundle.session,
