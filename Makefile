@@ -197,6 +197,7 @@ tf-fixtures:
 	.cache/tf-python/bin/pip install -q tensorflow-cpu==2.13.0 onnx
 	.cache/tf-python/bin/pip install -q --no-deps tensorflow-serving-api==2.13.0
 	.cache/tf-python/bin/python scripts/make_tf_fixtures.py
+	.cache/tf-python/bin/python scripts/make_tf_classify_fixture.py
 
 clean:
 	cargo clean

@@ -112,6 +112,23 @@ impl InferService {
         self.repository.snapshot().resolve(model, &version)
     }
 
+    /// Resolves `model` to a serving version the way [`Self::prepare`] does: under a memory
+    /// budget, loading it first, within the deadline `context` carries.
+    pub async fn resolve_serving(
+        &self,
+        model: &str,
+        version: &VersionSelector,
+        context: Option<&RequestContext>,
+    ) -> Result<Arc<LoadedModel>, Error> {
+        if model.is_empty() {
+            return Err(Error::invalid("the request names no model"));
+        }
+        let load_deadline = context.and_then(|context| context.deadline_within(None));
+        self.repository
+            .resolve_serving(model, version, load_deadline)
+            .await
+    }
+
     /// The one way into a model: resolves `target` to a serving version (under a memory
     /// budget, loading it first, within the request's deadline), names it in
     /// `context`, picks the signature, lets `decode` turn the body into tensors for it (a
@@ -123,13 +140,8 @@ impl InferService {
         context: Option<&RequestContext>,
         decode: impl FnOnce(&Signature) -> Result<Decoded, Error>,
     ) -> Result<Prepared, Error> {
-        if target.model.is_empty() {
-            return Err(Error::invalid("the request names no model"));
-        }
-        let load_deadline = context.and_then(|context| context.deadline_within(None));
         let model = self
-            .repository
-            .resolve_serving(target.model, &target.version, load_deadline)
+            .resolve_serving(target.model, &target.version, context)
             .await?;
         if let Some(context) = context {
             context.set_model(&model.name, model.version);

@@ -103,10 +103,130 @@ fn tensorflow_errors_fail_the_call_only() {
     assert!(err.to_string().contains("42"), "{err}");
     let good = run_one(&model, "lookup", ("ids", ids(vec![2])), "values").unwrap();
     assert_eq!(good.view::<f32>().unwrap().as_ref(), &[3.0]);
+}
 
-    let strings = Tensor::strings(vec![1, 1], vec![bytes::Bytes::from_static(b"\xff")]).unwrap();
-    let err = run_one(&model, "echo_string", ("x", strings), "y").unwrap_err();
-    assert!(err.to_string().contains("UTF-8"), "{err}");
+#[test]
+fn strings_carry_any_bytes_both_ways() {
+    let model = load("tf_echo");
+    let rows = [
+        bytes::Bytes::from_static(b"\xff\x00\xfe"),
+        bytes::Bytes::from_static(b"text"),
+        bytes::Bytes::new(),
+        bytes::Bytes::from((0..=255u8).collect::<Vec<_>>()),
+    ];
+    let strings = Tensor::strings(vec![2, 2], rows.to_vec()).unwrap();
+    let got = run_one(&model, "echo_string", ("x", strings), "y").unwrap();
+    assert_eq!(got.shape(), &[2, 2]);
+    assert_eq!(got.string_elements().unwrap(), rows.as_slice());
+    // UTF-8 text takes the direct way in and comes back the same.
+    let text = Tensor::strings(vec![1, 1], vec![bytes::Bytes::from_static("é".as_bytes())]);
+    let got = run_one(&model, "echo_string", ("x", text.unwrap()), "y").unwrap();
+    assert_eq!(got.string_elements().unwrap(), ["é".as_bytes()]);
+}
+
+/// A serialized tf.Example with float feature `x` and int64 feature `n`.
+fn example(x: &[f32], n: i64) -> bytes::Bytes {
+    use prost::Message;
+    use tensorport::proto::tensorflow::{
+        feature, Example, Feature, Features, FloatList, Int64List,
+    };
+    let feature = |kind| Feature { kind: Some(kind) };
+    let features = [
+        (
+            "x".to_owned(),
+            feature(feature::Kind::FloatList(FloatList { value: x.to_vec() })),
+        ),
+        (
+            "n".to_owned(),
+            feature(feature::Kind::Int64List(Int64List { value: vec![n] })),
+        ),
+    ];
+    let example = Example {
+        features: Some(Features {
+            feature: features.into_iter().collect(),
+        }),
+    };
+    example.encode_to_vec().into()
+}
+
+#[test]
+fn classification_and_regression_signatures_parse_serialized_examples() {
+    let model = load("classifier_tf");
+    let method = |name: &str| model.signature_method(name).map(str::to_owned);
+    assert_eq!(
+        method("classification").as_deref(),
+        Some("tensorflow/serving/classify")
+    );
+    assert_eq!(
+        method("regression").as_deref(),
+        Some("tensorflow/serving/regress")
+    );
+    assert_eq!(
+        method("serving_default").as_deref(),
+        Some("tensorflow/serving/predict")
+    );
+
+    let reference: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_path("tests/models/classifier_tf/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let rows: Vec<bytes::Bytes> = reference["examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let x: Vec<f32> = serde_json::from_value(e["x"].clone()).unwrap();
+            example(&x, e["n"][0].as_i64().unwrap())
+        })
+        .collect();
+    let examples = || Tensor::strings(vec![rows.len()], rows.clone()).unwrap();
+
+    let sig = signature(&model, "classification");
+    let outputs = model
+        .run(
+            sig,
+            vec![("inputs".to_owned(), examples())],
+            &["classes".to_owned(), "scores".to_owned()],
+        )
+        .unwrap();
+    let labels: Vec<String> =
+        serde_json::from_value(reference["classification"]["classes"]["data"].clone()).unwrap();
+    let got: Vec<&[u8]> = outputs[0]
+        .1
+        .string_elements()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_ref())
+        .collect();
+    assert_eq!(outputs[0].1.shape(), &[4, 3]);
+    assert_eq!(got, labels.iter().map(|l| l.as_bytes()).collect::<Vec<_>>());
+    let (shape, want) = floats(&reference["classification"]["scores"]);
+    assert_eq!(outputs[1].1.shape(), shape.as_slice());
+    for (g, w) in outputs[1].1.view::<f32>().unwrap().iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-6, "{g} != {w}");
+    }
+
+    let value = run_one(&model, "regression", ("inputs", examples()), "outputs").unwrap();
+    let (shape, want) = floats(&reference["regression"]["outputs"]);
+    assert_eq!(value.shape(), shape.as_slice());
+    assert_eq!(value.view::<f32>().unwrap().as_ref(), want.as_slice());
+}
+
+#[test]
+fn a_bad_example_is_the_callers_error() {
+    let model = load("classifier_tf");
+    let garbage = Tensor::strings(vec![1], vec![bytes::Bytes::from_static(b"\xff\xff")]);
+    let err = run_one(
+        &model,
+        "regression",
+        ("inputs", garbage.unwrap()),
+        "outputs",
+    )
+    .unwrap_err();
+    assert!(matches!(err, BackendError::InvalidInput(_)), "{err}");
+    let ok = Tensor::strings(vec![1], vec![example(&[1.0, 1.0], 1)]).unwrap();
+    let value = run_one(&model, "regression", ("inputs", ok), "outputs").unwrap();
+    assert_eq!(value.view::<f32>().unwrap().as_ref(), &[4.0]);
 }
 
 #[test]

@@ -68,6 +68,13 @@ pub trait Backend: Send + Sync {
     /// Every signature the model can be called through; the first is the default.
     fn signatures(&self) -> &[Signature];
 
+    /// The method `signature` declares where the model format records one (a SavedModel's
+    /// `method_name`, such as `tensorflow/serving/classify`); `None` for formats without.
+    fn signature_method(&self, signature: &str) -> Option<&str> {
+        let _ = signature;
+        None
+    }
+
     /// Runs `signature` on `inputs` (already checked against it) and returns the requested
     /// `outputs` in that order. Blocks the calling thread.
     fn run(

@@ -88,7 +88,15 @@ impl TestServer {
         decorate: Option<BackendDecorator>,
         configure: impl FnOnce(ModelRepository) -> ModelRepository,
     ) -> Self {
-        Self::start_full(models, batching, options, decorate, Duration::ZERO, configure).await
+        Self::start_full(
+            models,
+            batching,
+            options,
+            decorate,
+            Duration::ZERO,
+            configure,
+        )
+        .await
     }
 
     /// Like [`Self::start_configured`], letting requests of models whose runs take at most

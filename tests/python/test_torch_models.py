@@ -1,5 +1,6 @@
 """TorchScript specifics, end to end: several inputs and outputs (a tuple, a dict), a model.pt
-without a declared signature, and a forward() that raises for some inputs.
+without a declared signature, a forward() that raises for some inputs, and TF Serving's Regress
+and Classify with tf.Example features fed to the inputs of their names.
 
 The models are tests/models/torch_* (scripts/make_torch_fixtures.py), with the outputs PyTorch
 computed for their reference inputs in reference.json."""
@@ -10,11 +11,13 @@ import json
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
-from tensorflow_serving.apis import predict_pb2
+from tensorflow.core.example import example_pb2, feature_pb2
+from tensorflow_serving.apis import classification_pb2, predict_pb2, regression_pb2
 from tritonclient.utils import InferenceServerException
 
 from tensorport_server import EXAMPLE_MODELS, TEST_MODELS, start_server
@@ -93,6 +96,40 @@ def test_a_wrong_dtype_for_one_of_two_inputs_is_invalid_argument(triton_grpc):
         triton_grpc.infer("torch_dict", [ids, weights])
     assert err.value.status() == "StatusCode.INVALID_ARGUMENT", err.value
     assert "ids" in err.value.message() and "int64" in err.value.message()
+
+
+# ---------------------------------------------------------------- tf.Example inputs
+
+def float_example(**features) -> example_pb2.Example:
+    return example_pb2.Example(features=feature_pb2.Features(feature={
+        name: feature_pb2.Feature(float_list=feature_pb2.FloatList(value=values))
+        for name, values in features.items()}))
+
+
+def test_regress_feeds_each_feature_to_the_input_of_its_name(prediction_stub, rest_url):
+    inputs, want = committed("ranker_torch")
+    request = regression_pb2.RegressionRequest()
+    request.model_spec.name = "ranker_torch"
+    request.input.example_list.examples.extend(
+        float_example(features=row.tolist()) for row in inputs["features"])
+    response = prediction_stub.Regress(request, timeout=TIMEOUT)
+    values = [r.value for r in response.result.regressions]
+    np.testing.assert_allclose(values, want["score"].reshape(-1), rtol=1e-5, atol=1e-5)
+
+    body = {"examples": [{"features": [float(v) for v in row]} for row in inputs["features"]]}
+    reply = requests.post(f"{rest_url}/v1/models/ranker_torch:regress", json=body, timeout=TIMEOUT)
+    assert reply.status_code == 200, reply.text
+    np.testing.assert_allclose(reply.json()["result"], want["score"].reshape(-1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_torchscript_model_without_classes_or_scores_cannot_classify(prediction_stub):
+    request = classification_pb2.ClassificationRequest()
+    request.model_spec.name = "torch_pair"
+    request.input.example_list.examples.append(float_example(x=[1.0, 2.0, 3.0], y=[1.0, 1.0, 1.0]))
+    with pytest.raises(grpc.RpcError) as err:
+        prediction_stub.Classify(request, timeout=TIMEOUT)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cannot classify" in err.value.details()
 
 
 # ---------------------------------------------------------------- forward() that raises

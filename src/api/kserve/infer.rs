@@ -33,32 +33,33 @@ pub async fn infer(
     // Every region this request reads or writes: a fault in one while the request runs
     // poisons it (see `crate::shm`), and the request must then fail.
     let mut used = Vec::new();
-    let prepared = service.prepare(target, context, |_| {
-        let mut inputs = Vec::with_capacity(request.inputs.len());
-        for input in request.inputs {
-            let name = input.name.clone();
-            let tensor = resolve_input(service, input, peer, &mut used)
-                .map_err(|err| with_input(err, &name))?;
-            inputs.push((name, tensor));
-        }
-        let output_filter = request.outputs.iter().map(|o| o.name.clone()).collect();
-        // Outputs bound for shared memory are offered to the runtime to write in place.
-        let mut output_targets = Vec::with_capacity(request.outputs.len());
-        for output in &request.outputs {
-            output_targets.push(match &output.shm {
-                Some(target) => output_window(service, &output.name, target, peer, &mut used)?,
-                None => None,
-            });
-        }
-        Ok(Decoded {
-            inputs,
-            output_filter,
-            output_targets,
-            priority: request.priority,
-            timeout: request.timeout,
+    let prepared = service
+        .prepare(target, context, |_| {
+            let mut inputs = Vec::with_capacity(request.inputs.len());
+            for input in request.inputs {
+                let name = input.name.clone();
+                let tensor = resolve_input(service, input, peer, &mut used)
+                    .map_err(|err| with_input(err, &name))?;
+                inputs.push((name, tensor));
+            }
+            let output_filter = request.outputs.iter().map(|o| o.name.clone()).collect();
+            // Outputs bound for shared memory are offered to the runtime to write in place.
+            let mut output_targets = Vec::with_capacity(request.outputs.len());
+            for output in &request.outputs {
+                output_targets.push(match &output.shm {
+                    Some(target) => output_window(service, &output.name, target, peer, &mut used)?,
+                    None => None,
+                });
+            }
+            Ok(Decoded {
+                inputs,
+                output_filter,
+                output_targets,
+                priority: request.priority,
+                timeout: request.timeout,
+            })
         })
-    })
-    .await?;
+        .await?;
     let result = service.run(prepared).await;
     // A poisoned region explains a failure better than whatever the runtime made of zeros.
     check_intact(&used)?;

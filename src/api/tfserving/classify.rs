@@ -25,7 +25,7 @@ pub async fn run(
     context: Option<&RequestContext>,
     examples: &Examples,
 ) -> Result<(PredictionResult, ClassificationResult), Error> {
-    let result = examples::run(infer, target, context, examples, outputs).await?;
+    let result = examples::run(infer, target, context, examples, CLASSIFY_METHOD, outputs).await?;
     let classifications = classifications(&result, examples.len())?;
     Ok((result, classifications))
 }

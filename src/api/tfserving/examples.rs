@@ -9,7 +9,13 @@
 //!   feed `[n, k]`, and every example must then carry `k` values.
 //! - **Serialized examples** (TensorFlow's classification and regression signatures): a
 //!   signature whose only input is a string tensor that no feature is named after receives the
-//!   examples themselves, serialized, one string per example, as TF Serving feeds them.
+//!   examples themselves, serialized, one string per example, as TF Serving feeds them. A
+//!   signature that declares the operation's method (a SavedModel's `method_name`) always does.
+//!
+//! Which signature: the one the request names; without a name, the model's default, unless the
+//! default does not declare the operation's method and another signature does (a SavedModel
+//! exported with `classification` / `regression` signatures beside a Predict `serving_default`),
+//! which then answers.
 //!
 //! Context features (`example_list_with_context`) apply to every example; an example's own
 //! feature of the same name wins.
@@ -17,7 +23,7 @@
 use bytes::Bytes;
 use prost::Message;
 
-use crate::backend::{NamedTensor, Signature, TensorSpec};
+use crate::backend::{Backend, NamedTensor, Signature, TensorSpec};
 use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget, PredictionResult};
 use crate::proto::tensorflow::serving::{input, Input};
@@ -76,6 +82,12 @@ pub enum ExampleError {
         feature: String,
         value: i64,
         dtype: DataType,
+    },
+    #[error("signature '{signature}' declares {method}, so it must take serialized tf.Examples as its one string input; its inputs are: {inputs}")]
+    NotAnExampleSignature {
+        signature: String,
+        method: String,
+        inputs: String,
     },
     #[error("input '{feature}' would need {bytes} bytes for {examples} examples, over the limit of {limit}")]
     TooLarge {
@@ -158,6 +170,25 @@ impl Examples {
             .iter()
             .map(|spec| Ok((spec.name.clone(), self.column(sig, spec, limits)?)))
             .collect()
+    }
+
+    /// The one string input of a signature that declares `method`: the examples, serialized.
+    pub fn serialized_inputs(
+        &self,
+        sig: &Signature,
+        method: &str,
+        limits: &DecodeLimits,
+    ) -> Result<Vec<NamedTensor>, ExampleError> {
+        match sig.inputs.as_slice() {
+            [spec] if spec.dtype == DataType::String => {
+                Ok(vec![(spec.name.clone(), self.serialized(spec, limits)?)])
+            }
+            _ => Err(ExampleError::NotAnExampleSignature {
+                signature: sig.name.clone(),
+                method: method.to_owned(),
+                inputs: sig.input_names(),
+            }),
+        }
     }
 
     /// Each example serialized, with the context's features added where it lacks them.
@@ -376,22 +407,36 @@ impl Column {
     }
 }
 
-/// Runs `examples` through the signature `target` names, asking for the outputs `outputs`
-/// picks from it (an operation's rule, checked before anything runs). Goes through
-/// [`InferService::prepare`] like every other request, so the built inputs meet the same
-/// validation as a Predict's.
+/// Runs `examples` through the signature `target` names (or the one the module documentation
+/// picks for `method`), asking for the outputs `outputs` picks from it (an operation's rule,
+/// checked before anything runs). Goes through [`InferService::prepare`] like every other
+/// request, so the built inputs meet the same validation as a Predict's.
 pub async fn run(
     infer: &InferService,
     target: ModelTarget<'_>,
     context: Option<&RequestContext>,
     examples: &Examples,
+    method: &str,
     outputs: impl FnOnce(&Signature) -> Result<Vec<String>, Error>,
 ) -> Result<PredictionResult, Error> {
     let limits = *infer.limits();
+    let model = infer
+        .resolve_serving(target.model, &target.version, context)
+        .await?;
+    let signature = route(model.backend.as_ref(), target.signature, method);
+    let target = ModelTarget {
+        signature: &signature,
+        ..target
+    };
     let prepared = infer
         .prepare(target, context, |sig| {
             let output_filter = outputs(sig)?;
-            let inputs = examples.inputs(sig, &limits)?;
+            let declares_method = model.backend.signature_method(&sig.name) == Some(method);
+            let inputs = if declares_method {
+                examples.serialized_inputs(sig, method, &limits)?
+            } else {
+                examples.inputs(sig, &limits)?
+            };
             // TF Serving's API has no priority, and no timeout but the transport's.
             Ok(Decoded {
                 inputs,
@@ -401,6 +446,24 @@ pub async fn run(
         })
         .await?;
     infer.run(prepared).await
+}
+
+/// The signature an operation of `method` calls when the request names `requested` (empty:
+/// none), as the module documentation says.
+fn route(backend: &dyn Backend, requested: &str, method: &str) -> String {
+    if !requested.is_empty() {
+        return requested.to_owned();
+    }
+    let signatures = backend.signatures();
+    let declares = |sig: &&Signature| backend.signature_method(&sig.name) == Some(method);
+    match signatures.first() {
+        Some(default) if !declares(&default) => signatures
+            .iter()
+            .find(declares)
+            .map(|sig| sig.name.clone())
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
 }
 
 /// The values of an output as one `f32` per entry, checking it holds `rows` rows of `per_row`
@@ -567,6 +630,104 @@ mod tests {
         let built = Examples::new(examples, example(&[("x", big)]).features)
             .and_then(|e| e.inputs(&regressor(), &limits));
         assert!(matches!(built, Err(ExampleError::TooLarge { .. })));
+    }
+
+    /// Signatures with the methods a SavedModel would declare for them.
+    struct Declared {
+        signatures: Vec<Signature>,
+        /// Parallel to `signatures`.
+        methods: Vec<Option<&'static str>>,
+    }
+
+    impl Declared {
+        fn new(declared: &[(&str, Option<&'static str>)]) -> Self {
+            let signatures = declared
+                .iter()
+                .map(|(name, _)| Signature {
+                    name: (*name).to_owned(),
+                    ..sig(Vec::new())
+                })
+                .collect();
+            let methods = declared.iter().map(|(_, method)| *method).collect();
+            Self {
+                signatures,
+                methods,
+            }
+        }
+    }
+
+    impl Backend for Declared {
+        fn platform(&self) -> &'static str {
+            "test"
+        }
+
+        fn signatures(&self) -> &[Signature] {
+            &self.signatures
+        }
+
+        fn signature_method(&self, signature: &str) -> Option<&str> {
+            let at = self.signatures.iter().position(|s| s.name == signature)?;
+            self.methods.get(at).copied().flatten()
+        }
+
+        fn run(
+            &self,
+            _: &Signature,
+            _: Vec<NamedTensor>,
+            _: &[String],
+        ) -> Result<Vec<NamedTensor>, crate::backend::BackendError> {
+            Ok(Vec::new())
+        }
+    }
+
+    const CLASSIFY: &str = "tensorflow/serving/classify";
+    const REGRESS: &str = "tensorflow/serving/regress";
+
+    #[test]
+    fn an_unnamed_signature_is_the_one_declaring_the_method() {
+        let exported = Declared::new(&[
+            ("serving_default", Some("tensorflow/serving/predict")),
+            ("classification", Some(CLASSIFY)),
+            ("regression", Some(REGRESS)),
+        ]);
+        assert_eq!(route(&exported, "", CLASSIFY), "classification");
+        assert_eq!(route(&exported, "", REGRESS), "regression");
+        // A named signature is the one called, whatever it declares.
+        assert_eq!(
+            route(&exported, "serving_default", CLASSIFY),
+            "serving_default"
+        );
+        assert_eq!(route(&exported, "regression", CLASSIFY), "regression");
+
+        // A default that declares the method stays the default.
+        let default_classifies = Declared::new(&[
+            ("serving_default", Some(CLASSIFY)),
+            ("other", Some(CLASSIFY)),
+        ]);
+        assert_eq!(route(&default_classifies, "", CLASSIFY), "");
+        // Formats without methods (ONNX, TorchScript) keep their default.
+        let onnx = Declared::new(&[("serving_default", None)]);
+        assert_eq!(route(&onnx, "", REGRESS), "");
+    }
+
+    #[test]
+    fn a_method_signature_takes_serialized_examples_only_through_one_string_input() {
+        let examples = Examples::new(vec![example(&[("x", floats(&[1.0]))])], None);
+        let examples = examples.unwrap_or_default();
+        let two = sig(vec![
+            TensorSpec::new("a", DataType::String, vec![-1]),
+            TensorSpec::new("b", DataType::String, vec![-1]),
+        ]);
+        let err = examples.serialized_inputs(&two, CLASSIFY, &DecodeLimits::default());
+        assert!(matches!(
+            err,
+            Err(ExampleError::NotAnExampleSignature { .. })
+        ));
+        // A feature named after the input does not change what such a signature receives.
+        let one = sig(vec![TensorSpec::new("x", DataType::String, vec![-1])]);
+        let inputs = examples.serialized_inputs(&one, CLASSIFY, &DecodeLimits::default());
+        let rows = inputs.map(|i| i[0].1.string_elements().map(<[_]>::len));
+        assert!(matches!(rows, Ok(Some(1))));
     }
 
     #[test]

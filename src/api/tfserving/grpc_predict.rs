@@ -26,22 +26,24 @@ pub(super) async fn predict(
         ..
     } = request;
     let target = spec_target(model_spec.as_ref())?;
-    let prepared = grpc.infer.prepare(target, context.as_deref(), |_| {
-        let inputs = inputs
-            .into_iter()
-            .map(|(name, proto)| match tensor_proto::decode(proto, &limits) {
-                Ok(tensor) => Ok((name, tensor)),
-                Err(err) => Err(Error::from(err.in_input(&name))),
+    let prepared = grpc
+        .infer
+        .prepare(target, context.as_deref(), |_| {
+            let inputs = inputs
+                .into_iter()
+                .map(|(name, proto)| match tensor_proto::decode(proto, &limits) {
+                    Ok(tensor) => Ok((name, tensor)),
+                    Err(err) => Err(Error::from(err.in_input(&name))),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            // TF Serving's API has no priority, and no timeout but the transport's.
+            Ok(Decoded {
+                inputs,
+                output_filter,
+                ..Decoded::default()
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        // TF Serving's API has no priority, and no timeout but the transport's.
-        Ok(Decoded {
-            inputs,
-            output_filter,
-            ..Decoded::default()
         })
-    })
-    .await?;
+        .await?;
     let result = grpc.infer.run(prepared).await?;
     let outputs = result
         .outputs

@@ -100,17 +100,23 @@ pub fn state_name(state: State) -> &'static str {
     }
 }
 
-/// A model's signatures as TF `SignatureDef`s keyed by name.
+/// A model's signatures as TF `SignatureDef`s keyed by name, with the method each declares
+/// (Predict where the model format records none).
 pub fn signature_defs(model: &LoadedModel) -> HashMap<String, SignatureDef> {
-    model
-        .backend
+    let backend = &model.backend;
+    backend
         .signatures()
         .iter()
-        .map(|sig| (sig.name.clone(), signature_def(sig)))
+        .map(|sig| {
+            let method = backend
+                .signature_method(&sig.name)
+                .unwrap_or(PREDICT_METHOD);
+            (sig.name.clone(), signature_def(sig, method))
+        })
         .collect()
 }
 
-fn signature_def(sig: &Signature) -> SignatureDef {
+fn signature_def(sig: &Signature, method: &str) -> SignatureDef {
     let infos = |specs: &[crate::backend::TensorSpec]| {
         specs
             .iter()
@@ -127,7 +133,7 @@ fn signature_def(sig: &Signature) -> SignatureDef {
     SignatureDef {
         inputs: infos(&sig.inputs),
         outputs: infos(&sig.outputs),
-        method_name: PREDICT_METHOD.to_owned(),
+        method_name: method.to_owned(),
         defaults: HashMap::new(),
     }
 }

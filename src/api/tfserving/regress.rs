@@ -21,7 +21,7 @@ pub async fn run(
     context: Option<&RequestContext>,
     examples: &Examples,
 ) -> Result<(PredictionResult, RegressionResult), Error> {
-    let result = examples::run(infer, target, context, examples, |sig| {
+    let result = examples::run(infer, target, context, examples, REGRESS_METHOD, |sig| {
         Ok(vec![output(sig)?])
     })
     .await?;

@@ -5,7 +5,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 
 use super::rest_path::{version_selector, VersionRef};
-use super::{signature_defs, PREDICT_METHOD};
+use super::signature_defs;
 use crate::api::rest_util::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
@@ -57,7 +57,7 @@ pub(super) fn metadata(
                 json!({
                     "inputs": infos(&def.inputs),
                     "outputs": infos(&def.outputs),
-                    "method_name": PREDICT_METHOD,
+                    "method_name": def.method_name,
                 }),
             )
         })

@@ -88,18 +88,19 @@ pub(super) async fn predict(
         signature: &signature_name,
     };
     let row_format = matches!(layout, Layout::Rows(_));
-    let prepared = infer.prepare(target, context, |sig| {
-        let inputs = match &layout {
-            Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
-            Layout::Columns(columns) => column_inputs(sig, columns, infer)?,
-        };
-        // TF Serving's API has no priority, and no timeout but the transport's.
-        Ok(Decoded {
-            inputs,
-            ..Decoded::default()
+    let prepared = infer
+        .prepare(target, context, |sig| {
+            let inputs = match &layout {
+                Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
+                Layout::Columns(columns) => column_inputs(sig, columns, infer)?,
+            };
+            // TF Serving's API has no priority, and no timeout but the transport's.
+            Ok(Decoded {
+                inputs,
+                ..Decoded::default()
+            })
         })
-    })
-    .await?;
+        .await?;
     let result = infer.run(prepared).await?;
     let body = if row_format {
         predictions_body(&result)?

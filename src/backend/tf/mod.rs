@@ -4,6 +4,7 @@
 //! (`serving_default` first, so it is the default). Runs go through one `Session`, which
 //! TensorFlow allows to run from several threads at once.
 
+mod byte_strings;
 mod session_config;
 mod signatures;
 mod tensors;
@@ -13,6 +14,7 @@ use std::path::Path;
 use tensorflow::{Code, Graph, SavedModelBundle, Session, SessionOptions, SessionRunArgs, Status};
 
 use super::{Backend, BackendError, NamedTensor, RuntimeThreads, Signature};
+use byte_strings::Decoder;
 use signatures::Binding;
 use tensors::Feed;
 
@@ -30,6 +32,8 @@ pub struct TfModel {
     signatures: Vec<Signature>,
     /// Parallel to `signatures`.
     bindings: Vec<Binding>,
+    /// Makes string inputs that are not UTF-8.
+    decoder: Decoder,
 }
 
 impl TfModel {
@@ -59,12 +63,16 @@ impl TfModel {
                 "the SavedModel has no signature this server can serve (tag '{SERVE_TAG}')"
             )));
         }
-        let (signatures, bindings) = served.into_iter().unzip();
+        let (signatures, mut bindings): (Vec<Signature>, Vec<Binding>) = served.into_iter().unzip();
+        byte_strings::encode_string_outputs(&mut graph, &signatures, &mut bindings)
+            .map_err(load_error)?;
+        let decoder = Decoder::add_to(&mut graph).map_err(load_error)?;
         Ok(Self {
             session: bundle.session,
             _graph: graph,
             signatures,
             bindings,
+            decoder,
         })
     }
 }
@@ -76,6 +84,14 @@ impl Backend for TfModel {
 
     fn signatures(&self) -> &[Signature] {
         &self.signatures
+    }
+
+    fn signature_method(&self, signature: &str) -> Option<&str> {
+        self.signatures
+            .iter()
+            .position(|sig| sig.name == signature)
+            .and_then(|i| self.bindings.get(i))
+            .map(|binding| binding.method.as_str())
     }
 
     fn run(
@@ -99,7 +115,10 @@ impl Backend for TfModel {
                     .inputs
                     .get(name)
                     .ok_or_else(|| BackendError::InvalidInput(format!("unknown input '{name}'")))?;
-                let feed = Feed::new(tensor)
+                let binary = |dims: &[u64], elements: &[bytes::Bytes]| {
+                    self.decoder.decode(&self.session, dims, elements)
+                };
+                let feed = Feed::new(tensor, &binary)
                     .map_err(|err| BackendError::InvalidInput(format!("input '{name}': {err}")))?;
                 Ok((feed, endpoint))
             })

@@ -15,10 +15,14 @@ pub struct Endpoint {
     pub index: i32,
 }
 
-/// The endpoints of one signature, by input and output name.
+/// The endpoints of one signature, by input and output name, and its method.
 pub struct Binding {
     pub inputs: HashMap<String, Endpoint>,
+    /// String outputs are replaced at load by the encoder that fetches them (see
+    /// `byte_strings`).
     pub outputs: HashMap<String, Endpoint>,
+    /// The signature def's `method_name` (`tensorflow/serving/predict`, `.../classify`, ...).
+    pub method: String,
 }
 
 /// What [`read`] found in a SavedModel.
@@ -84,6 +88,7 @@ fn signature(name: &str, def: &SignatureDef, graph: &Graph) -> Reading {
         Binding {
             inputs: input_endpoints,
             outputs: output_endpoints,
+            method: def.method_name().to_owned(),
         },
     )))
 }

@@ -2,13 +2,13 @@
 //!
 //! Inputs are copied once into tensors TensorFlow allocates (the C API this crate exposes has
 //! no tensor over foreign memory). Outputs are not copied: the TensorFlow tensor becomes the
-//! owner of the `Bytes` the protocol encoders read.
-
-use std::panic::{catch_unwind, AssertUnwindSafe};
+//! owner of the `Bytes` the protocol encoders read. Strings that are not UTF-8 travel as
+//! [`byte_strings`](super::byte_strings) says.
 
 use bytes::Bytes;
 use tensorflow::{FetchToken, SessionRunArgs, Tensor as TfTensor, TensorType};
 
+use super::byte_strings;
 use super::signatures::Endpoint;
 use crate::backend::BackendError;
 use crate::tensor::{DataType, Tensor, TensorData};
@@ -30,9 +30,13 @@ pub enum Feed {
     String(TfTensor<String>),
 }
 
+/// Builds a string tensor of `dims` from elements that are not all UTF-8.
+pub type BinaryStrings<'a> = &'a dyn Fn(&[u64], &[Bytes]) -> Result<TfTensor<String>, String>;
+
 impl Feed {
-    /// Copies `tensor` into a TensorFlow tensor of the same type and shape.
-    pub fn new(tensor: &Tensor) -> Result<Self, String> {
+    /// Copies `tensor` into a TensorFlow tensor of the same type and shape; string tensors
+    /// with bytes that are not UTF-8 are made by `binary`.
+    pub fn new(tensor: &Tensor, binary: BinaryStrings<'_>) -> Result<Self, String> {
         let dims: Vec<u64> = tensor.shape().iter().map(|&d| d as u64).collect();
         Ok(match tensor.dtype() {
             DataType::Bool => Self::Bool(bools(&dims, dense(tensor))?),
@@ -47,7 +51,7 @@ impl Feed {
             DataType::F16 => Self::F16(numbers(&dims, dense(tensor))),
             DataType::F32 => Self::F32(numbers(&dims, dense(tensor))),
             DataType::F64 => Self::F64(numbers(&dims, dense(tensor))),
-            DataType::String => Self::String(strings(&dims, tensor)?),
+            DataType::String => Self::String(strings(&dims, tensor, binary)?),
             DataType::BF16 => return Err("bfloat16 is not supported by TensorFlow models".into()),
         })
     }
@@ -103,20 +107,23 @@ fn bools(dims: &[u64], bytes: &[u8]) -> Result<TfTensor<bool>, String> {
     Ok(out)
 }
 
-fn strings(dims: &[u64], tensor: &Tensor) -> Result<TfTensor<String>, String> {
+fn strings(
+    dims: &[u64],
+    tensor: &Tensor,
+    binary: BinaryStrings<'_>,
+) -> Result<TfTensor<String>, String> {
     let elements = tensor.string_elements().unwrap_or_default();
     if elements.is_empty() {
         // The crate cannot build an empty string tensor (it would allocate zero bytes).
         return Err("an empty string tensor cannot be passed to a TensorFlow model".into());
     }
-    let values = elements
+    let text: Option<Vec<String>> = elements
         .iter()
-        .map(|bytes| {
-            std::str::from_utf8(bytes)
-                .map(str::to_owned)
-                .map_err(|_| "TensorFlow models take UTF-8 strings only".to_owned())
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|bytes| std::str::from_utf8(bytes).ok().map(str::to_owned))
+        .collect();
+    let Some(values) = text else {
+        return binary(dims, elements);
+    };
     TfTensor::<String>::new(dims)
         .with_values(&values)
         .map_err(|status| status.to_string())
@@ -180,17 +187,16 @@ where
     Tensor::dense(dtype, shape, bytes).map_err(|err| BackendError::Runtime(err.to_string()))
 }
 
+/// A string output, fetched base64-encoded (always ASCII, so the crate can read it).
 fn string_output(args: &mut SessionRunArgs<'_>, token: FetchToken) -> Result<Tensor, BackendError> {
     let (tensor, shape, count) = fetched::<String>(args, token)?;
     let strings = if count == 0 {
         Vec::new()
     } else {
-        // The crate decodes strings as UTF-8 and panics on other bytes; a model that returns
-        // binary strings fails this request rather than the server.
-        catch_unwind(AssertUnwindSafe(|| {
-            tensor.iter().map(|s| Bytes::from(s.clone())).collect()
-        }))
-        .map_err(|_| BackendError::Runtime("a string output is not valid UTF-8".into()))?
+        tensor
+            .iter()
+            .map(|text| byte_strings::decode_element(text))
+            .collect::<Result<Vec<_>, _>>()?
     };
     Tensor::strings(shape, strings).map_err(|err| BackendError::Runtime(err.to_string()))
 }
