@@ -112,6 +112,25 @@ impl InferService {
         self.repository.snapshot().resolve(model, &version)
     }
 
+    /// The serving version a metadata or configuration request names. Under a memory budget a
+    /// version that is not resident loads first, as for an inference request, and the wait
+    /// ends at the request's deadline: Triton's and TF Serving's clients read a model's
+    /// metadata before they infer, so answering 404 would stop them before their first request.
+    pub async fn resolve_loading(
+        &self,
+        model: &str,
+        version: VersionSelector,
+        context: Option<&RequestContext>,
+    ) -> Result<Arc<LoadedModel>, Error> {
+        if model.is_empty() {
+            return Err(Error::invalid("the request names no model"));
+        }
+        let deadline = context.and_then(|context| context.deadline_within(None));
+        self.repository
+            .resolve_serving(model, &version, deadline)
+            .await
+    }
+
     /// The one way into a model: resolves `target` to a serving version (under a memory
     /// budget, loading it first, within the request's deadline), names it in
     /// `context`, picks the signature, lets `decode` turn the body into tensors for it (a

@@ -410,7 +410,7 @@ impl ModelRecord {
                     VersionState::End { error } => error.clone(),
                     VersionState::Loading => Some("a version is still loading".to_owned()),
                     VersionState::NotResident(residence) => Some(format!(
-                        "the newest version is not in memory ({}); an inference request loads it",
+                        "the newest version is not in memory ({}); an inference or metadata request loads it",
                         residence.reason()
                     )),
                     _ => None,

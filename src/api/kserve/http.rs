@@ -129,19 +129,25 @@ fn metadata_json(meta: ModelMetadata) -> Value {
     })
 }
 
-async fn metadata(State(s): Shared, Path(name): Path<String>) -> Reply {
-    Ok(json_response(&metadata_json(model_metadata(
-        &s, &name, "",
-    )?)))
+/// The request's context, where the overload layer set one (it carries the deadline).
+type Context = Option<Extension<Arc<RequestContext>>>;
+
+fn context_of(context: &Context) -> Option<&RequestContext> {
+    context.as_ref().map(|Extension(context)| context.as_ref())
+}
+
+async fn metadata(State(s): Shared, Path(name): Path<String>, context: Context) -> Reply {
+    let meta = model_metadata(&s, &name, "", context_of(&context)).await?;
+    Ok(json_response(&metadata_json(meta)))
 }
 
 async fn metadata_version(
     State(s): Shared,
     Path((name, version)): Path<(String, String)>,
+    context: Context,
 ) -> Reply {
-    Ok(json_response(&metadata_json(model_metadata(
-        &s, &name, &version,
-    )?)))
+    let meta = model_metadata(&s, &name, &version, context_of(&context)).await?;
+    Ok(json_response(&metadata_json(meta)))
 }
 
 /// 200 when the model (version) can serve; an error status otherwise, as Triton answers.
@@ -159,14 +165,18 @@ async fn ready_version(State(s): Shared, Path((name, version)): Path<(String, St
     readiness(&s, &name, &version)
 }
 
-async fn config(State(s): Shared, Path(name): Path<String>) -> Reply {
-    Ok(json_response(&config_json(&model_config(&s, &name, "")?)))
+async fn config(State(s): Shared, Path(name): Path<String>, context: Context) -> Reply {
+    let config = model_config(&s, &name, "", context_of(&context)).await?;
+    Ok(json_response(&config_json(&config)))
 }
 
-async fn config_version(State(s): Shared, Path((name, version)): Path<(String, String)>) -> Reply {
-    Ok(json_response(&config_json(&model_config(
-        &s, &name, &version,
-    )?)))
+async fn config_version(
+    State(s): Shared,
+    Path((name, version)): Path<(String, String)>,
+    context: Context,
+) -> Reply {
+    let config = model_config(&s, &name, &version, context_of(&context)).await?;
+    Ok(json_response(&config_json(&config)))
 }
 
 fn stats_json(s: &InferService, name: Option<&str>, version: &str) -> Result<Value, Error> {

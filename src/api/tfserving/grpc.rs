@@ -41,9 +41,17 @@ impl TfServingGrpc {
         }
     }
 
-    fn resolve(&self, spec: Option<&ModelSpec>) -> Result<Arc<LoadedModel>, Error> {
+    /// The version `spec` names, loaded first under a memory budget (see
+    /// [`InferService::resolve_loading`]).
+    async fn resolve(
+        &self,
+        spec: Option<&ModelSpec>,
+        context: Option<&RequestContext>,
+    ) -> Result<Arc<LoadedModel>, Error> {
         let spec = spec.ok_or_else(|| Error::invalid("the request has no model_spec"))?;
-        self.infer.resolve(&spec.name, spec_selector(spec)?)
+        self.infer
+            .resolve_loading(&spec.name, spec_selector(spec)?, context)
+            .await
     }
 }
 
@@ -178,6 +186,7 @@ impl PredictionService for TfServingGrpc {
         &self,
         request: Request<GetModelMetadataRequest>,
     ) -> Result<Response<GetModelMetadataResponse>, Status> {
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
         let request = request.into_inner();
         if request.metadata_field.is_empty() {
             return Err(
@@ -194,7 +203,9 @@ impl PredictionService for TfServingGrpc {
             ))
             .into());
         }
-        let model = self.resolve(request.model_spec.as_ref())?;
+        let model = self
+            .resolve(request.model_spec.as_ref(), context.as_deref())
+            .await?;
         let map = SignatureDefMap {
             signature_def: signature_defs(&model),
         };

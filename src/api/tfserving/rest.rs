@@ -164,7 +164,7 @@ async fn dispatch(
             status(&infer, model, version)
         }
         (Some(RestTarget::Metadata { model, version }), &Method::GET) => {
-            metadata(&infer, model, version)
+            metadata(&infer, model, version, context).await
         }
         (
             Some(RestTarget::Verb {
@@ -239,8 +239,15 @@ fn status(infer: &InferService, model: &str, version: VersionRef<'_>) -> Result<
     Ok(json_response(&json!({ "model_version_status": rows })))
 }
 
-fn metadata(infer: &InferService, model: &str, version: VersionRef<'_>) -> Result<Response, Error> {
-    let model = infer.resolve(model, version_selector(version)?)?;
+async fn metadata(
+    infer: &InferService,
+    model: &str,
+    version: VersionRef<'_>,
+    context: Option<&RequestContext>,
+) -> Result<Response, Error> {
+    let model = infer
+        .resolve_loading(model, version_selector(version)?, context)
+        .await?;
     let defs: Map<String, Value> = signature_defs(&model)
         .into_iter()
         .map(|(name, def)| {
