@@ -539,6 +539,19 @@ async fn a_request_waits_for_a_load_only_until_its_deadline() -> TestResult {
         .send()
         .await?;
     assert_eq!(response.status(), 504);
+    // So does one whose deadline is KServe's `timeout` parameter (microseconds) in its body.
+    let timed = json!({
+        "parameters": {"timeout": 50_000},
+        "inputs": [{
+            "name": "features", "shape": [1, 16], "datatype": "FP32", "data": vec![0.5f32; 16]
+        }]
+    });
+    let response = client
+        .post(format!("{}/v2/models/m0/infer", server.rest_url))
+        .json(&timed)
+        .send()
+        .await?;
+    assert_eq!(response.status(), 504);
     // So does a metadata request, which would load the version too.
     let metadata = client
         .get(format!("{}/v2/models/m0", server.rest_url))
