@@ -17,6 +17,7 @@ mod startup;
 pub mod tfrecord;
 mod tfs_batching;
 mod tfs_config;
+mod trim;
 mod triton_config;
 mod warmup;
 mod warmup_log;

@@ -426,6 +426,9 @@ impl ModelRepository {
         }
         if let Some(alive) = control.alive.remove(&(name.to_owned(), version)) {
             let _ = alive.await;
+            // The session is gone: give its memory back, so that the process follows the
+            // budget and the next load's measurement starts from what is really resident.
+            let _ = tokio::task::spawn_blocking(super::trim::release_freed_memory).await;
         }
     }
 }
