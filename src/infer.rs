@@ -112,20 +112,22 @@ impl InferService {
         self.repository.snapshot().resolve(model, &version)
     }
 
-    /// Resolves `model` to a serving version the way [`Self::prepare`] does: under a memory
-    /// budget, loading it first, within the deadline `context` carries.
-    pub async fn resolve_serving(
+    /// The serving version a metadata or configuration request names. Under a memory budget a
+    /// version that is not resident loads first, as for an inference request, and the wait
+    /// ends at the request's deadline: Triton's and TF Serving's clients read a model's
+    /// metadata before they infer, so answering 404 would stop them before their first request.
+    pub async fn resolve_loading(
         &self,
         model: &str,
-        version: &VersionSelector,
+        version: VersionSelector,
         context: Option<&RequestContext>,
     ) -> Result<Arc<LoadedModel>, Error> {
         if model.is_empty() {
             return Err(Error::invalid("the request names no model"));
         }
-        let load_deadline = context.and_then(|context| context.deadline_within(None));
+        let deadline = context.and_then(|context| context.deadline_within(None));
         self.repository
-            .resolve_serving(model, version, load_deadline)
+            .resolve_serving(model, &version, deadline)
             .await
     }
 
@@ -140,20 +142,33 @@ impl InferService {
         context: Option<&RequestContext>,
         decode: impl FnOnce(&Signature) -> Result<Decoded, Error>,
     ) -> Result<Prepared, Error> {
+        self.prepare_within(target, context, None, decode).await
+    }
+
+    /// [`Self::prepare`] for a protocol that reads the body's timeout before the signature is
+    /// known (KServe's `timeout` parameter): the wait for a load then ends at the request's
+    /// whole deadline, the earlier of that timeout and the transport's, counted from now.
+    pub async fn prepare_within(
+        &self,
+        target: ModelTarget<'_>,
+        context: Option<&RequestContext>,
+        body_timeout: Option<Duration>,
+        decode: impl FnOnce(&Signature) -> Result<Decoded, Error>,
+    ) -> Result<Prepared, Error> {
+        if target.model.is_empty() {
+            return Err(Error::invalid("the request names no model"));
+        }
+        let load_deadline = deadline_of(context, body_timeout);
         let model = self
-            .resolve_serving(target.model, &target.version, context)
+            .repository
+            .resolve_serving(target.model, &target.version, load_deadline)
             .await?;
         if let Some(context) = context {
             context.set_model(&model.name, model.version);
         }
         let (signature, sig) = model.signature(target.signature)?;
         let decoded = decode(sig)?;
-        let deadline = match context {
-            Some(context) => context.deadline_within(decoded.timeout),
-            None => decoded
-                .timeout
-                .and_then(|timeout| tokio::time::Instant::now().checked_add(timeout)),
-        };
+        let deadline = earlier(load_deadline, deadline_of(context, decoded.timeout));
         let request = ValidRequest::new(
             model.backend.signatures(),
             signature,
@@ -193,5 +208,26 @@ impl InferService {
                 Err(err.into())
             }
         }
+    }
+}
+
+/// The request's deadline: the earlier of the transport's (in `context`) and `timeout` from now.
+fn deadline_of(
+    context: Option<&RequestContext>,
+    timeout: Option<Duration>,
+) -> Option<tokio::time::Instant> {
+    match context {
+        Some(context) => context.deadline_within(timeout),
+        None => timeout.and_then(|timeout| tokio::time::Instant::now().checked_add(timeout)),
+    }
+}
+
+fn earlier(
+    a: Option<tokio::time::Instant>,
+    b: Option<tokio::time::Instant>,
+) -> Option<tokio::time::Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

@@ -6,6 +6,8 @@
 mod process;
 mod residency;
 
+pub use residency::LoadWaiter;
+
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -21,6 +21,10 @@ use common::{repo_path, TestResult, TestServer};
 use serde_json::{json, Value};
 use tensorport::backend::Backend;
 use tensorport::batcher::BatchSettings;
+use tensorport::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tensorport::proto::inference::{ModelConfigRequest, ModelMetadataRequest, ModelReadyRequest};
+use tensorport::proto::tensorflow::serving::prediction_service_client::PredictionServiceClient;
+use tensorport::proto::tensorflow::serving::{GetModelMetadataRequest, ModelSpec};
 use tensorport::repository::{BackendDecorator, MemoryMeter};
 use tensorport::ServerOptions;
 
@@ -295,10 +299,9 @@ async fn simultaneous_first_requests_share_one_load() -> TestResult {
             infer(&reqwest::Client::new(), &server_ref, "m0").await
         }));
     }
-    // Every request is inside the server and the load has reached the latch, which holds
-    // it: whenever a request gets to its model, the load is still running, and it joins.
+    // Every request is waiting for the one load, which the latch holds.
     wait_until(|| {
-        server.metrics.in_flight().get() >= REQUESTS as i64
+        server.metrics.load_waiters("m0") >= REQUESTS as i64
             && latch.loads.load(Ordering::SeqCst) >= 1
     })
     .await;
@@ -325,6 +328,7 @@ async fn simultaneous_first_requests_share_one_load() -> TestResult {
         ),
         REQUESTS as f64
     );
+    assert_eq!(server.metrics.load_waiters("m0"), 0);
     server.stop().await;
     Ok(())
 }
@@ -535,6 +539,26 @@ async fn a_request_waits_for_a_load_only_until_its_deadline() -> TestResult {
         .send()
         .await?;
     assert_eq!(response.status(), 504);
+    // So does one whose deadline is KServe's `timeout` parameter (microseconds) in its body.
+    let timed = json!({
+        "parameters": {"timeout": 50_000},
+        "inputs": [{
+            "name": "features", "shape": [1, 16], "datatype": "FP32", "data": vec![0.5f32; 16]
+        }]
+    });
+    let response = client
+        .post(format!("{}/v2/models/m0/infer", server.rest_url))
+        .json(&timed)
+        .send()
+        .await?;
+    assert_eq!(response.status(), 504);
+    // So does a metadata request, which would load the version too.
+    let metadata = client
+        .get(format!("{}/v2/models/m0", server.rest_url))
+        .header("x-request-timeout-ms", "50")
+        .send()
+        .await?;
+    assert_eq!(metadata.status(), 504);
     // The status APIs answer meanwhile (loads run one at a time, so m1 would wait for it).
     let listed = index(&client, &server.rest_url).await;
     assert_eq!(entry(&listed, "m1")["state"], "UNAVAILABLE");
@@ -632,6 +656,140 @@ async fn an_idle_version_is_evicted_before_one_with_a_request_in_flight() -> Tes
     gate.open();
     let (status, body) = held.await?;
     assert_eq!(status, 200, "{body}");
+    server.stop().await;
+    Ok(())
+}
+
+/// Evicts `evicted` by serving `other` (the budget holds one version) and checks the index says so.
+async fn evict_by_serving(client: &reqwest::Client, rest: &str, other: &str, evicted: &str) {
+    let (status, body) = infer(client, rest, other).await;
+    assert_eq!(status, 200, "{body}");
+    let listed = index(client, rest).await;
+    assert_eq!(entry(&listed, evicted)["reason"], "evicted", "{listed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metadata_of_an_evicted_version_loads_it_and_ready_stays_false_until_then() -> TestResult {
+    let repo = TempRepo::new("metadata");
+    repo.add("a", 1, RANKER, None).add("b", 1, RANKER, None);
+    let server = start(&repo, Some(file_size(RANKER) + 100), None).await;
+    let client = reqwest::Client::new();
+    let rest = server.rest_url.clone();
+    let mut kserve = GrpcInferenceServiceClient::connect(server.grpc_url.clone()).await?;
+    let mut tfs = PredictionServiceClient::connect(server.grpc_url.clone()).await?;
+    let loads = |exposition: &str| {
+        sum(
+            exposition,
+            "tensorport_model_loads_on_demand_total",
+            "model=\"a\"",
+        )
+    };
+
+    let (status, body) = infer(&client, &rest, "a").await;
+    assert_eq!(status, 200, "{body}");
+    evict_by_serving(&client, &rest, "b", "a").await;
+
+    // Readiness tells the truth: an evicted version is not ready, and asking loads nothing.
+    let ready = client
+        .get(format!("{rest}/v2/models/a/ready"))
+        .send()
+        .await?;
+    assert_ne!(ready.status(), 200);
+    let ready = kserve
+        .model_ready(ModelReadyRequest {
+            name: "a".into(),
+            version: String::new(),
+        })
+        .await?
+        .into_inner();
+    assert!(!ready.ready);
+    assert_eq!(loads(&scrape(&client, &rest).await), 1.0);
+
+    // Each metadata and configuration call loads it, as an inference request would.
+    let metadata: Value = client
+        .get(format!("{rest}/v2/models/a"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(metadata["inputs"][0]["name"], "features", "{metadata}");
+    assert_eq!(metadata["versions"], json!(["1"]), "{metadata}");
+    let ready = client
+        .get(format!("{rest}/v2/models/a/ready"))
+        .send()
+        .await?;
+    assert_eq!(ready.status(), 200);
+
+    evict_by_serving(&client, &rest, "b", "a").await;
+    let config: Value = client
+        .get(format!("{rest}/v2/models/a/versions/1/config"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(config["input"][0]["name"], "features", "{config}");
+
+    evict_by_serving(&client, &rest, "b", "a").await;
+    let metadata = kserve
+        .model_metadata(ModelMetadataRequest {
+            name: "a".into(),
+            version: String::new(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(metadata.inputs[0].name, "features");
+
+    evict_by_serving(&client, &rest, "b", "a").await;
+    let config = kserve
+        .model_config(ModelConfigRequest {
+            name: "a".into(),
+            version: "1".into(),
+        })
+        .await?
+        .into_inner();
+    assert_eq!(config.config.unwrap().input[0].name, "features");
+
+    evict_by_serving(&client, &rest, "b", "a").await;
+    let metadata = tfs
+        .get_model_metadata(GetModelMetadataRequest {
+            model_spec: Some(ModelSpec {
+                name: "a".into(),
+                ..Default::default()
+            }),
+            metadata_field: vec!["signature_def".into()],
+        })
+        .await?
+        .into_inner();
+    assert_eq!(metadata.model_spec.unwrap().name, "a");
+
+    evict_by_serving(&client, &rest, "b", "a").await;
+    let metadata: Value = client
+        .get(format!("{rest}/v1/models/a/metadata"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert!(
+        metadata["metadata"]["signature_def"].is_object(),
+        "{metadata}"
+    );
+
+    let exposition = scrape(&client, &rest).await;
+    assert_eq!(loads(&exposition), 7.0);
+    // Metadata of a name that does not exist is still 404 and loads nothing.
+    let missing = client.get(format!("{rest}/v2/models/nope")).send().await?;
+    assert_eq!(missing.status(), 404);
+    assert_eq!(
+        sum(&exposition, "tensorport_model_loads_on_demand_total", ""),
+        sum(
+            &scrape(&client, &rest).await,
+            "tensorport_model_loads_on_demand_total",
+            ""
+        )
+    );
     server.stop().await;
     Ok(())
 }

@@ -21,6 +21,7 @@ pub(super) struct ResidencyMetrics {
     loads_on_demand: Family<ModelLabels, Counter>,
     evictions: Family<ModelLabels, Counter>,
     load_wait: Histograms<ModelLabels>,
+    load_waiters: Family<ModelLabels, Gauge>,
 }
 
 impl ResidencyMetrics {
@@ -30,6 +31,7 @@ impl ResidencyMetrics {
             loads_on_demand: Family::default(),
             evictions: Family::default(),
             load_wait: Family::new_with_constructor(load_wait_histogram),
+            load_waiters: Family::default(),
         };
         registry.register(
             "model_memory_bytes",
@@ -51,6 +53,11 @@ impl ResidencyMetrics {
             "model_load_wait_seconds",
             "Time requests waited for their model version to load",
             metrics.load_wait.clone(),
+        );
+        registry.register(
+            "model_load_waiters",
+            "Requests waiting now for their model version to load",
+            metrics.load_waiters.clone(),
         );
         metrics
     }
@@ -81,6 +88,25 @@ impl Metrics {
             .observe(waited.as_secs_f64());
     }
 
+    /// Counts a request as waiting for `name` to load until the returned guard drops.
+    pub fn wait_for_load(&self, name: &str) -> LoadWaiter {
+        let gauge = self
+            .residency
+            .load_waiters
+            .get_or_create(&model(name))
+            .clone();
+        gauge.inc();
+        LoadWaiter(gauge)
+    }
+
+    /// Requests waiting now for a version of `name` to load.
+    pub fn load_waiters(&self, name: &str) -> i64 {
+        self.residency
+            .load_waiters
+            .get_or_create(&model(name))
+            .get()
+    }
+
     /// Starts a model's residency counters at zero.
     pub(super) fn register_residency(&self, name: &str) {
         let labels = model(name);
@@ -100,5 +126,14 @@ impl Metrics {
                 })
                 .set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
+    }
+}
+
+/// One request counted in `tensorport_model_load_waiters` while it lives.
+pub struct LoadWaiter(Gauge);
+
+impl Drop for LoadWaiter {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! A version's figure is measured once, at load: the process's resident memory before and
 //! after the load (loads are measured one at a time, so two loads never share a figure), but
-//! never less than the size of its model files, which the runtime reads in whole. Memory that
-//! the allocator keeps after an earlier unload can make the resident difference small; the
-//! file size is the floor for that case. Tests that need exact figures measure by file size
+//! never less than the size of its model files, which the runtime reads in whole. With glibc,
+//! malloc's free memory is returned to the system before each reading (see `trim`), so the
+//! difference is what the version keeps; elsewhere memory the allocator keeps after an
+//! earlier unload can make it small, and the file size is the floor for that case. Tests that need exact figures measure by file size
 //! alone ([`MemoryMeter::FileSize`]): process memory moves with everything else the process
 //! does.
 
@@ -46,8 +47,18 @@ impl LoadMeasure {
             .one_at_a_time
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let by_resident = self.meter == MemoryMeter::ProcessResident;
+        // Freed memory the allocator keeps would count on one side or the other: give it
+        // back first, so that the difference is what the loaded version holds, not the
+        // load's transient buffers (the file's bytes, the graph being optimised).
+        if by_resident {
+            super::trim::release_freed_memory();
+        }
         let before = resident_bytes();
         let loaded = load()?;
+        if by_resident {
+            super::trim::release_freed_memory();
+        }
         let floor = files_size(files);
         let bytes = match (self.meter, before, resident_bytes()) {
             (MemoryMeter::ProcessResident, Some(before), Some(after)) => {

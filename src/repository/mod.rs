@@ -17,6 +17,7 @@ mod startup;
 pub mod tfrecord;
 mod tfs_batching;
 mod tfs_config;
+mod trim;
 mod triton_config;
 mod warmup;
 mod warmup_log;
@@ -413,7 +414,7 @@ impl ModelRecord {
                     VersionState::End { error } => error.clone(),
                     VersionState::Loading => Some("a version is still loading".to_owned()),
                     VersionState::NotResident(residence) => Some(format!(
-                        "the newest version is not in memory ({}); an inference request loads it",
+                        "the newest version is not in memory ({}); an inference or metadata request loads it",
                         residence.reason()
                     )),
                     _ => None,

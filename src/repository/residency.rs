@@ -137,6 +137,8 @@ impl ModelRepository {
     ) -> Result<Arc<LoadedModel>, Error> {
         let waiting = Instant::now();
         let mut waited = false;
+        // Counts this request among those waiting for a load, from its first wait to its answer.
+        let mut waiter = None;
         // A version can be evicted between its load and this request's look at it (when the
         // budget holds few versions); each round loads it again.
         for _ in 0..8 {
@@ -153,6 +155,9 @@ impl ModelRepository {
                 Found::Load(version) => version,
             };
             waited = true;
+            if waiter.is_none() {
+                waiter = Some(self.loader.metrics.wait_for_load(name));
+            }
             let mut done = self.shared_load(name, version);
             let outcome = {
                 let wait = done.wait_for(Option::is_some);
@@ -426,6 +431,9 @@ impl ModelRepository {
         }
         if let Some(alive) = control.alive.remove(&(name.to_owned(), version)) {
             let _ = alive.await;
+            // The session is gone: give its memory back, so that the process follows the
+            // budget and the next load's measurement starts from what is really resident.
+            let _ = tokio::task::spawn_blocking(super::trim::release_freed_memory).await;
         }
     }
 }

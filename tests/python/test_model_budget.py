@@ -143,3 +143,45 @@ def test_a_bad_budget_is_refused_at_start(tmp_path, size):
         check=False, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "--model-memory-budget" in result.stderr, result.stderr
+
+
+def test_metadata_of_an_evicted_model_loads_it(tmp_path):
+    """tritonclient (and perf_analyzer) ask for a model's metadata before they infer: for an
+    evicted version the metadata call loads it, as an inference would; readiness stays false
+    until then. Two 24 MiB models under a 40 MiB budget: their files alone do not fit together,
+    so loading one always evicts the other. With large allocations as their own mappings, a
+    load's measured figure is its file plus little (the first also pays the runtime's one-time
+    costs), well inside the budget."""
+    models = tmp_path / "models"
+    table = make_large_model(tmp_path / "table.onnx", rows=3 << 17)
+    add_model(models, "x", table)
+    add_model(models, "y", table)
+    budget = 40 << 20
+    assert 2 * table.stat().st_size > budget
+    server = start_server(models, tmp_path / "server.log", ["--model-memory-budget", str(budget)],
+                          prefix=["env", "MALLOC_MMAP_THRESHOLD_=1048576"])
+    try:
+        rest = server.rest_url
+        client = triton_grpc.InferenceServerClient(server.grpc_target)
+
+        def lookup(model: str) -> np.ndarray:
+            idx = triton_grpc.InferInput("idx", [2], "INT64")
+            idx.set_data_from_numpy(np.array([0, 5], dtype=np.int64))
+            return client.infer(model, [idx]).as_numpy("embedding")
+
+        assert lookup("x").shape == (2, 16)
+        assert lookup("y").shape == (2, 16)
+        assert index(rest)["x"]["reason"] == "evicted"
+        assert not client.is_model_ready("x")
+
+        metadata = client.get_model_metadata("x")
+        assert [t.name for t in metadata.inputs] == ["idx"]
+        assert metadata.versions == ["1"]
+        assert client.is_model_ready("x")
+        assert index(rest)["y"]["reason"] == "evicted"
+        assert client.get_model_config("y").config.input[0].name == "idx"
+        assert metric(rest, "tensorport_model_loads_on_demand_total", "x") == 2
+        assert metric(rest, "tensorport_model_loads_on_demand_total", "y") == 2
+        assert lookup("y").shape == (2, 16)
+    finally:
+        server.stop()

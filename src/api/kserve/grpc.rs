@@ -103,8 +103,15 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::ModelMetadataRequest>,
     ) -> Result<Response<pb::ModelMetadataResponse>, Status> {
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
         let request = request.into_inner();
-        let meta = model_metadata(&self.service, &request.name, &request.version)?;
+        let meta = model_metadata(
+            &self.service,
+            &request.name,
+            &request.version,
+            context.as_deref(),
+        )
+        .await?;
         let tensors = |list: Vec<super::TensorMetadata>| {
             list.into_iter()
                 .map(|t| TensorMetadata {
@@ -176,8 +183,15 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::ModelConfigRequest>,
     ) -> Result<Response<pb::ModelConfigResponse>, Status> {
+        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
         let request = request.into_inner();
-        let config = model_config(&self.service, &request.name, &request.version)?;
+        let config = model_config(
+            &self.service,
+            &request.name,
+            &request.version,
+            context.as_deref(),
+        )
+        .await?;
         Ok(Response::new(pb::ModelConfigResponse {
             config: Some(config),
         }))

@@ -33,8 +33,9 @@ pub async fn infer(
     // Every region this request reads or writes: a fault in one while the request runs
     // poisons it (see `crate::shm`), and the request must then fail.
     let mut used = Vec::new();
+    let timeout = request.timeout;
     let prepared = service
-        .prepare(target, context, |_| {
+        .prepare_within(target, context, timeout, |_| {
             let mut inputs = Vec::with_capacity(request.inputs.len());
             for input in request.inputs {
                 let name = input.name.clone();

@@ -1,8 +1,11 @@
 //! KServe v2 HTTP metadata, readiness and configuration: `GET /v2`,
 //! `/v2/models/{name}[/versions/{version}]`, `.../ready` and `.../config`.
 
+use std::sync::Arc;
+
 use axum::extract::{Path, State};
 use axum::response::Response;
+use axum::Extension;
 use serde_json::{json, Value};
 
 use super::http::{Reply, Shared};
@@ -10,6 +13,7 @@ use super::{config_json, model_config, model_metadata, ModelMetadata, EXTENSIONS
 use crate::api::rest_util::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
+use crate::request::RequestContext;
 
 pub(super) async fn server_metadata() -> Response {
     json_response(&json!({
@@ -34,19 +38,29 @@ pub(super) fn metadata_json(meta: ModelMetadata) -> Value {
     })
 }
 
-pub(super) async fn metadata(State(s): Shared, Path(name): Path<String>) -> Reply {
-    Ok(json_response(&metadata_json(model_metadata(
-        &s, &name, "",
-    )?)))
+/// The request's context, where the overload layer set one (it carries the deadline).
+type Context = Option<Extension<Arc<RequestContext>>>;
+
+fn context_of(context: &Context) -> Option<&RequestContext> {
+    context.as_ref().map(|Extension(context)| context.as_ref())
+}
+
+pub(super) async fn metadata(
+    State(s): Shared,
+    Path(name): Path<String>,
+    context: Context,
+) -> Reply {
+    let meta = model_metadata(&s, &name, "", context_of(&context)).await?;
+    Ok(json_response(&metadata_json(meta)))
 }
 
 pub(super) async fn metadata_version(
     State(s): Shared,
     Path((name, version)): Path<(String, String)>,
+    context: Context,
 ) -> Reply {
-    Ok(json_response(&metadata_json(model_metadata(
-        &s, &name, &version,
-    )?)))
+    let meta = model_metadata(&s, &name, &version, context_of(&context)).await?;
+    Ok(json_response(&metadata_json(meta)))
 }
 
 /// 200 when the model (version) can serve; an error status otherwise, as Triton answers.
@@ -67,15 +81,16 @@ pub(super) async fn ready_version(
     readiness(&s, &name, &version)
 }
 
-pub(super) async fn config(State(s): Shared, Path(name): Path<String>) -> Reply {
-    Ok(json_response(&config_json(&model_config(&s, &name, "")?)))
+pub(super) async fn config(State(s): Shared, Path(name): Path<String>, context: Context) -> Reply {
+    let config = model_config(&s, &name, "", context_of(&context)).await?;
+    Ok(json_response(&config_json(&config)))
 }
 
 pub(super) async fn config_version(
     State(s): Shared,
     Path((name, version)): Path<(String, String)>,
+    context: Context,
 ) -> Reply {
-    Ok(json_response(&config_json(&model_config(
-        &s, &name, &version,
-    )?)))
+    let config = model_config(&s, &name, &version, context_of(&context)).await?;
+    Ok(json_response(&config_json(&config)))
 }

@@ -14,6 +14,7 @@ use crate::proto::inference::{
 };
 use crate::repository::VersionSelector;
 use crate::repository::{LoadedModel, VersionState};
+use crate::request::RequestContext;
 use crate::tensor::DataType;
 
 /// The largest batch reported to Triton clients for a model with a batch dimension whose
@@ -73,12 +74,15 @@ fn default_signature(model: &LoadedModel) -> Result<&Signature, Error> {
 }
 
 /// `GET /v2/models/{name}[/versions/{v}]` and `ModelMetadata`.
-pub fn model_metadata(
+pub async fn model_metadata(
     service: &InferService,
     name: &str,
     version: &str,
+    context: Option<&RequestContext>,
 ) -> Result<ModelMetadata, Error> {
-    let model = service.resolve(name, VersionSelector::from_kserve(version)?)?;
+    let model = service
+        .resolve_loading(name, VersionSelector::from_kserve(version)?, context)
+        .await?;
     let sig = default_signature(&model)?;
     let snapshot = service.repository().snapshot();
     let record = snapshot.model(name)?;
@@ -108,12 +112,15 @@ fn batchable(sig: &Signature) -> bool {
 
 /// Triton's model configuration (`ModelConfig` RPC). With a batch dimension, `dims` leave it
 /// out and `max_batch_size` is positive, as Triton reports it.
-pub fn model_config(
+pub async fn model_config(
     service: &InferService,
     name: &str,
     version: &str,
+    context: Option<&RequestContext>,
 ) -> Result<ModelConfig, Error> {
-    let model = service.resolve(name, VersionSelector::from_kserve(version)?)?;
+    let model = service
+        .resolve_loading(name, VersionSelector::from_kserve(version)?, context)
+        .await?;
     let sig = default_signature(&model)?;
     let batch = batchable(sig);
     let dims = |spec: &TensorSpec| {

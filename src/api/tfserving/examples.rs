@@ -421,7 +421,7 @@ pub async fn run(
 ) -> Result<PredictionResult, Error> {
     let limits = *infer.limits();
     let model = infer
-        .resolve_serving(target.model, &target.version, context)
+        .resolve_loading(target.model, target.version.clone(), context)
         .await?;
     let signature = route(model.backend.as_ref(), target.signature, method);
     let target = ModelTarget {

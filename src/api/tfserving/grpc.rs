@@ -37,9 +37,17 @@ impl TfServingGrpc {
         }
     }
 
-    pub(super) fn resolve(&self, spec: Option<&ModelSpec>) -> Result<Arc<LoadedModel>, Error> {
+    /// The version `spec` names, loaded first under a memory budget (see
+    /// [`InferService::resolve_loading`]).
+    pub(super) async fn resolve(
+        &self,
+        spec: Option<&ModelSpec>,
+        context: Option<&RequestContext>,
+    ) -> Result<Arc<LoadedModel>, Error> {
         let spec = spec.ok_or(TfServingRequestError::NoModelSpec)?;
-        self.infer.resolve(&spec.name, spec_selector(spec)?)
+        self.infer
+            .resolve_loading(&spec.name, spec_selector(spec)?, context)
+            .await
     }
 }
 
@@ -134,6 +142,6 @@ impl PredictionService for TfServingGrpc {
         &self,
         request: Request<GetModelMetadataRequest>,
     ) -> Result<Response<GetModelMetadataResponse>, Status> {
-        grpc_metadata::get_model_metadata(self, request)
+        grpc_metadata::get_model_metadata(self, request).await
     }
 }

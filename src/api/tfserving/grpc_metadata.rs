@@ -1,5 +1,7 @@
 //! TF Serving gRPC `GetModelMetadata`: the signature defs of the version that answers.
 
+use std::sync::Arc;
+
 use prost::Message;
 use tonic::{Request, Response, Status};
 
@@ -9,15 +11,17 @@ use crate::error::Error;
 use crate::proto::tensorflow::serving::{
     GetModelMetadataRequest, GetModelMetadataResponse, SignatureDefMap,
 };
+use crate::request::RequestContext;
 use crate::wire_error::TfServingRequestError;
 
 /// The metadata field TF Serving clients ask for.
 const SIGNATURE_DEF_FIELD: &str = "signature_def";
 
-pub(super) fn get_model_metadata(
+pub(super) async fn get_model_metadata(
     grpc: &TfServingGrpc,
     request: Request<GetModelMetadataRequest>,
 ) -> Result<Response<GetModelMetadataResponse>, Status> {
+    let context = request.extensions().get::<Arc<RequestContext>>().cloned();
     let request = request.into_inner();
     if request.metadata_field.is_empty() {
         return Err(Error::from(TfServingRequestError::NoMetadataField).into());
@@ -32,7 +36,9 @@ pub(super) fn get_model_metadata(
         ))
         .into());
     }
-    let model = grpc.resolve(request.model_spec.as_ref())?;
+    let model = grpc
+        .resolve(request.model_spec.as_ref(), context.as_deref())
+        .await?;
     let map = SignatureDefMap {
         signature_def: signature_defs(&model),
     };

@@ -43,7 +43,7 @@ async fn dispatch(
             status(&infer, model, version)
         }
         (Some(RestTarget::Metadata { model, version }), &Method::GET) => {
-            metadata(&infer, model, version)
+            metadata(&infer, model, version, context).await
         }
         (
             Some(RestTarget::Verb {

@@ -9,13 +9,17 @@ use super::signature_defs;
 use crate::api::rest_util::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
+use crate::request::RequestContext;
 
-pub(super) fn metadata(
+pub(super) async fn metadata(
     infer: &InferService,
     model: &str,
     version: VersionRef<'_>,
+    context: Option<&RequestContext>,
 ) -> Result<Response, Error> {
-    let model = infer.resolve(model, version_selector(version)?)?;
+    let model = infer
+        .resolve_loading(model, version_selector(version)?, context)
+        .await?;
     let defs: Map<String, Value> = signature_defs(&model)
         .into_iter()
         .map(|(name, def)| {
