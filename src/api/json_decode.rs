@@ -24,11 +24,8 @@ pub fn decode_flat(
     dtype: DataType,
     limits: &DecodeLimits,
 ) -> Result<Tensor, DecodeError> {
-    checked_byte_len(dtype, &shape, limits)?;
-    let count = element_count(&shape)?;
-    // Every element takes at least two bytes of text ("0,"), so the text, not the shape a
-    // client claims, bounds what is reserved.
-    let capacity = count.min(json.get().len() / 2 + 1);
+    let count = checked_count(&shape, dtype, limits)?;
+    let capacity = capacity(count, json.get());
     if let Some(values) = json_scan::flat_numbers(json.get(), dtype, count, capacity) {
         return values.into_tensor(shape);
     }
@@ -44,6 +41,42 @@ pub fn decode_flat(
         });
     }
     state.values.into_tensor(shape)
+}
+
+/// Decodes KServe `data` that no JSON parser has checked (a list lifted out of the body, see
+/// `api/kserve/infer_lift.rs`) through the number scanner alone, which checks its grammar.
+/// Text the scanner does not take is an error here; the caller then decodes the whole body
+/// the general way, which words the error.
+pub fn decode_flat_unparsed(
+    text: &str,
+    shape: Vec<usize>,
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Result<Tensor, DecodeError> {
+    let count = checked_count(&shape, dtype, limits)?;
+    let capacity = capacity(count, text);
+    match json_scan::flat_numbers(text, dtype, count, capacity) {
+        Some(values) => values.into_tensor(shape),
+        None => Err(DecodeError::Malformed(format!(
+            "data is not {count} numbers of dtype {dtype} in lists"
+        ))),
+    }
+}
+
+/// The element count of `shape`, once its byte size is known to be within the limits.
+fn checked_count(
+    shape: &[usize],
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Result<usize, DecodeError> {
+    checked_byte_len(dtype, shape, limits)?;
+    element_count(shape)
+}
+
+/// What to reserve for `count` elements spelled in `text`: every element takes at least two
+/// bytes of text ("0,"), so the text, not the shape a client claims, bounds it.
+fn capacity(count: usize, text: &str) -> usize {
+    count.min(text.len() / 2 + 1)
 }
 
 /// Decodes one JSON value (nested arrays or a scalar) as a whole tensor; the shape is that of

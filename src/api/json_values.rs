@@ -41,13 +41,10 @@ impl Leaf<'_> {
     #[inline]
     fn float(&self) -> Option<f64> {
         match *self {
+            Self::F64(f) => Some(f),
             Self::U64(n) => Some(n as f64),
             Self::I64(n) => Some(n as f64),
-            Self::F64(f) => Some(f),
-            // TF Serving accepts the non-finite spellings as strings too.
-            Self::Str("NaN") => Some(f64::NAN),
-            Self::Str("Infinity" | "inf") => Some(f64::INFINITY),
-            Self::Str("-Infinity" | "-inf") => Some(f64::NEG_INFINITY),
+            Self::Str(s) => non_finite(s),
             _ => None,
         }
     }
@@ -65,6 +62,18 @@ impl Leaf<'_> {
             Self::Str(s) => format!("\"{}\"", s.chars().take(32).collect::<String>()),
             Self::Binary(_) | Self::Object => "an object".to_owned(),
         }
+    }
+}
+
+/// TF Serving accepts the non-finite spellings as strings too. Kept out of line so that
+/// [`Leaf::float`] stays small enough to inline into the number loops.
+#[cold]
+fn non_finite(spelling: &str) -> Option<f64> {
+    match spelling {
+        "NaN" => Some(f64::NAN),
+        "Infinity" | "inf" => Some(f64::INFINITY),
+        "-Infinity" | "-inf" => Some(f64::NEG_INFINITY),
+        _ => None,
     }
 }
 
@@ -185,6 +194,7 @@ pub trait FromLeaf: Sized {
 macro_rules! from_unsigned {
     ($($t:ty),*) => {$(
         impl FromLeaf for $t {
+            #[inline]
             fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
                 leaf.unsigned().and_then(|n| n.try_into().ok())
             }
@@ -195,6 +205,7 @@ macro_rules! from_unsigned {
 macro_rules! from_signed {
     ($($t:ty),*) => {$(
         impl FromLeaf for $t {
+            #[inline]
             fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
                 leaf.signed().and_then(|n| n.try_into().ok())
             }
@@ -215,12 +226,14 @@ impl FromLeaf for BoolByte {
 }
 
 impl FromLeaf for half::f16 {
+    #[inline]
     fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
         leaf.float().map(half::f16::from_f64)
     }
 }
 
 impl FromLeaf for half::bf16 {
+    #[inline]
     fn from_leaf(leaf: &Leaf<'_>) -> Option<Self> {
         leaf.float().map(half::bf16::from_f64)
     }

@@ -5,6 +5,7 @@ pub mod compression;
 pub mod health;
 pub mod json_body;
 pub mod json_decode;
+mod json_number;
 #[cfg(test)]
 mod json_round_trip;
 mod json_scan;

@@ -57,33 +57,50 @@ pub struct JsonValues {
 }
 
 pub fn json_values(json: &[u8]) -> JsonValues {
-    let mut count: u64 = 1;
+    let mut others: u64 = 1;
     let mut strings: u64 = 0;
-    let mut in_string = false;
-    let mut escaped = false;
-    for &byte in json {
-        if in_string {
-            match (escaped, byte) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else {
-            match byte {
-                b'"' => {
-                    in_string = true;
-                    strings = strings.saturating_add(1);
-                }
-                b',' | b'[' | b'{' => count = count.saturating_add(1),
-                _ => {}
-            }
+    let mut rest = json;
+    // Bodies of numbers are megabytes of text with few strings: the text between strings is
+    // counted in one branch-free loop the compiler vectorises, and strings are skipped with
+    // `memchr`, so the scan runs at memory speed rather than one branch per byte.
+    loop {
+        let quote = memchr::memchr(b'"', rest);
+        let plain = quote.map_or(rest, |at| rest.get(..at).unwrap_or(rest));
+        others = others.saturating_add(structural_bytes(plain));
+        let Some(at) = quote else {
+            break;
+        };
+        strings = strings.saturating_add(1);
+        rest = after_string(rest.get(at + 1..).unwrap_or_default());
+    }
+    JsonValues { strings, others }
+}
+
+/// The `,`, `[` and `{` in text outside strings: each starts at most one more value.
+fn structural_bytes(plain: &[u8]) -> u64 {
+    // Counted in blocks small enough for a byte-wide counter, which vectorises best.
+    plain
+        .chunks(255)
+        .map(|block| {
+            let count = block.iter().fold(0u8, |count, &byte| {
+                count + u8::from(byte == b',' || byte == b'[' || byte == b'{')
+            });
+            u64::from(count)
+        })
+        .sum()
+}
+
+/// The text after the string whose contents start `text`: after its closing quote, or
+/// nothing when the string does not end.
+fn after_string(mut text: &[u8]) -> &[u8] {
+    while let Some(at) = memchr::memchr2(b'"', b'\\', text) {
+        match text.get(at) {
+            // A backslash escapes the byte after it, whatever it is.
+            Some(b'\\') => text = text.get(at + 2..).unwrap_or_default(),
+            _ => return text.get(at + 1..).unwrap_or_default(),
         }
     }
-    JsonValues {
-        strings,
-        others: count,
-    }
+    &[]
 }
 
 /// What a length-delimited field of a known message holds.
@@ -255,6 +272,62 @@ mod tests {
     fn values(json: &[u8]) -> (u64, u64) {
         let values = json_values(json);
         (values.strings, values.others)
+    }
+
+    /// The byte-at-a-time definition the fast scan must agree with.
+    fn reference_values(json: &[u8]) -> (u64, u64) {
+        let (mut others, mut strings) = (1, 0);
+        let (mut in_string, mut escaped) = (false, false);
+        for &byte in json {
+            if in_string {
+                match (escaped, byte) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => escaped = true,
+                    (false, b'"') => in_string = false,
+                    _ => {}
+                }
+            } else if byte == b'"' {
+                in_string = true;
+                strings += 1;
+            } else if matches!(byte, b',' | b'[' | b'{') {
+                others += 1;
+            }
+        }
+        (strings, others)
+    }
+
+    #[test]
+    fn the_fast_scan_agrees_with_the_byte_at_a_time_definition() {
+        // Every string of up to six bytes over the alphabet that matters, then long mixes
+        // that cross the 255-byte counting blocks.
+        let alphabet = *b"\"\\,[{a";
+        let mut cases: Vec<Vec<u8>> = vec![Vec::new()];
+        for len in 1..=6u32 {
+            for mut n in 0..alphabet.len().pow(len) {
+                let mut case = Vec::new();
+                for _ in 0..len {
+                    case.push(alphabet[n % alphabet.len()]);
+                    n /= alphabet.len();
+                }
+                cases.push(case);
+            }
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for len in [254, 255, 256, 511, 4096] {
+            let case = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    alphabet[(seed % alphabet.len() as u64) as usize]
+                })
+                .collect();
+            cases.push(case);
+        }
+        cases.push([b",".repeat(1000), b"\"".to_vec(), b",".repeat(300)].concat());
+        for case in cases {
+            assert_eq!(values(&case), reference_values(&case), "{case:?}");
+        }
     }
 
     #[test]

@@ -7,12 +7,13 @@ use serde_json::{Map, Value};
 
 use super::http::{params, string_field};
 use super::infer_body::{Entry, InferBody, Inputs};
+use super::infer_lift::{lift, Lifted};
 use super::{
     codec, param_bool, scheduling_params, InferRequest, InputData, InputRequest, OutputRequest,
     Param, ShmRef,
 };
 use crate::api::json_body;
-use crate::api::json_decode::decode_flat;
+use crate::api::json_decode::{decode_flat, decode_flat_unparsed};
 use crate::error::Error;
 use crate::tensor::{shape_from_dims, DecodeLimits};
 use crate::wire_error::{BodyError, InferRequestError};
@@ -20,14 +21,46 @@ use crate::wire_error::{BodyError, InferRequestError};
 /// Decodes an infer request body: its JSON part, and the binary-extension bytes that follow
 /// it. The model and version, which come from the path, are left empty. This is the whole
 /// wire-to-request step, so tests and fuzzers drive it with arbitrary bytes.
+///
+/// A body with large lists of numbers in its inputs' `data` first takes the lifted route
+/// (`infer_lift`); the general one answers everything that route does not take, errors
+/// included, so both give the same answer.
 pub fn decode_infer_body(
     json: &[u8],
     binary: Bytes,
     limits: &DecodeLimits,
 ) -> Result<InferRequest, Error> {
+    if let Some(request) = lift(json).and_then(|lifted| decode_lifted(&lifted, &binary, limits)) {
+        return Ok(request);
+    }
     let mut rewritten = Vec::new();
     let request = parse_infer_body(json, &mut rewritten)?;
-    decode_request(&request, String::new(), String::new(), binary, limits)
+    decode_request(&request, None, binary, limits)
+}
+
+/// The request from a lifted body, if its envelope parses, every lifted list is claimed by
+/// an input's `data` (so the structural pass and the parser agree on where the lists were)
+/// and everything decodes.
+fn decode_lifted(
+    lifted: &Lifted<'_>,
+    binary: &Bytes,
+    limits: &DecodeLimits,
+) -> Option<InferRequest> {
+    let request: InferBody = serde_json::from_slice(lifted.envelope()).ok()?;
+    let Some(Inputs::List(inputs)) = &request.inputs else {
+        return None;
+    };
+    let claimed = inputs
+        .iter()
+        .filter_map(|input| match input {
+            Entry::Object(input) => input.data.and_then(|data| lifted.list(data)),
+            Entry::NotAnObject => None,
+        })
+        .count();
+    if claimed != lifted.len() {
+        return None;
+    }
+    decode_request(&request, Some(lifted), binary.clone(), limits).ok()
 }
 
 /// The infer request envelope, read in one pass; tensor data stays text until its input's
@@ -55,8 +88,7 @@ fn small(raw: Option<&RawValue>) -> Option<Value> {
 
 fn decode_request(
     request: &InferBody<'_>,
-    model: String,
-    version: String,
+    lifted: Option<&Lifted<'_>>,
     binary: Bytes,
     limits: &DecodeLimits,
 ) -> Result<InferRequest, Error> {
@@ -73,7 +105,7 @@ fn decode_request(
     let inputs = inputs
         .iter()
         .enumerate()
-        .map(|(i, input)| decode_input(i, input, &binary, &mut cursor, limits))
+        .map(|(i, input)| decode_input(i, input, lifted, &binary, &mut cursor, limits))
         .collect::<Result<Vec<_>, _>>()?;
     if cursor != binary.len() {
         return Err(BodyError::UnclaimedBinary(binary.len() - cursor).into());
@@ -89,8 +121,8 @@ fn decode_request(
         Some(_) => return Err(InferRequestError::OutputsNotArray.into()),
     };
     Ok(InferRequest {
-        model,
-        version,
+        model: String::new(),
+        version: String::new(),
         id,
         inputs,
         outputs,
@@ -103,6 +135,7 @@ fn decode_request(
 fn decode_input(
     index: usize,
     input: &Entry<'_>,
+    lifted: Option<&Lifted<'_>>,
     binary: &Bytes,
     cursor: &mut usize,
     limits: &DecodeLimits,
@@ -168,9 +201,13 @@ fn decode_input(
                 codec::from_raw(dtype, shape.clone(), raw).map_err(|e| e.in_input(&name))?,
             )
         }
-        (None, None, Some(data)) => InputData::Inline(
-            decode_flat(data, shape.clone(), dtype, limits).map_err(|e| e.in_input(&name))?,
-        ),
+        (None, None, Some(data)) => {
+            let decoded = match lifted.and_then(|lifted| lifted.list(data)) {
+                Some(list) => decode_flat_unparsed(list, shape.clone(), dtype, limits),
+                None => decode_flat(data, shape.clone(), dtype, limits),
+            };
+            InputData::Inline(decoded.map_err(|e| e.in_input(&name))?)
+        }
         (None, None, None) => return Err(InferRequestError::NoData { what }.into()),
     };
     Ok(InputRequest {
@@ -200,4 +237,89 @@ fn decode_output(output: &Value, all_binary: bool) -> Result<OutputRequest, Erro
         binary,
         shm: ShmRef::from_params(&output_params)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The general route alone, as every body took it before lifting.
+    fn general(json: &[u8], binary: Bytes) -> Result<InferRequest, Error> {
+        let mut rewritten = Vec::new();
+        let request = parse_infer_body(json, &mut rewritten)?;
+        decode_request(&request, None, binary, &DecodeLimits::default())
+    }
+
+    fn outcome(result: Result<InferRequest, Error>) -> String {
+        match result {
+            Ok(request) => format!("{request:?}"),
+            Err(err) => format!("error: {err}"),
+        }
+    }
+
+    fn numbers(count: usize, spell: impl Fn(usize) -> String) -> String {
+        let values: Vec<String> = (0..count).map(spell).collect();
+        values.join(",")
+    }
+
+    #[test]
+    fn the_lifted_route_answers_as_the_general_one() {
+        let floats = numbers(3000, |i| format!("{}", (i as f32 * 0.37).sin()));
+        let ints = numbers(3000, |i| format!("{}", i % 300));
+        let input = |dtype: &str, shape: &str, data: &str| {
+            format!(r#"{{"name": "x", "datatype": "{dtype}", "shape": {shape}, "data": {data}}}"#)
+        };
+        let bodies = [
+            input("FP32", "[3000]", &format!("[{floats}]")),
+            input(
+                "FP64",
+                "[2, 3000]",
+                &format!("[[{}], [{}]]", &floats[..], &floats[..]),
+            ),
+            input("FP32", "[3000]", &format!("[ {floats} ]")),
+            input("INT32", "[3000]", &format!("[{ints}]")),
+            // Out of range, wrong count, not JSON, strings and literals among the numbers.
+            input("UINT8", "[3000]", &format!("[{ints}]")),
+            input("FP32", "[2999]", &format!("[{floats}]")),
+            input("FP32", "[3001]", &format!("[{floats},]")),
+            input("FP32", "[3001]", &format!("[{floats},,1]")),
+            input("FP32", "[3001]", &format!("[{floats},01]")),
+            input("FP32", "[3001]", &format!("[{floats},1e]")),
+            input("FP32", "[3001]", &format!("[{floats},\"NaN\"]")),
+            input("FP32", "[3001]", &format!("[{floats},NaN]")),
+            input("FP32", "[3000]", &format!("[{floats}] ]")),
+            input("BOOL", "[3000]", &format!("[{ints}]")),
+            input("FP32", "[3000", &format!("[{floats}]")),
+            input("FP99", "[3000]", &format!("[{floats}]")),
+            format!(
+                r#"{{"name": "x", "datatype": "FP32", "shape": [3000], "data": [{floats}], "data": [{floats}]}}"#
+            ),
+            format!(
+                r#"{{"name": "x", "datatype": "FP32", "shape": [3000], "data": [{floats}], "parameters": {{"binary_data_size": 4}}}}"#
+            ),
+        ];
+        for (index, body) in bodies.into_iter().enumerate() {
+            // The first four are well formed: the lifted route must take them itself.
+            let plain = format!(r#"{{"inputs": [{body}]}}"#);
+            let lifted = lift(plain.as_bytes());
+            let taken = lifted
+                .as_ref()
+                .and_then(|lifted| decode_lifted(lifted, &Bytes::new(), &DecodeLimits::default()));
+            assert_eq!(taken.is_some(), index < 4, "{index}: {:.200}", plain);
+            for json in [
+                format!(r#"{{"inputs": [{body}]}}"#),
+                format!(
+                    r#"{{"id": "r", "inputs": [{body}, {body}], "outputs": [{{"name": "y"}}]}}"#
+                ),
+                format!(r#"{{"inputs": [{body}], "parameters": {{"x": [1, 2}}}}"#),
+                format!(r#"{{"inputs": [{body}]}} {{"#),
+            ] {
+                let binary = Bytes::from_static(&[0; 4]);
+                let fast =
+                    decode_infer_body(json.as_bytes(), binary.clone(), &DecodeLimits::default());
+                let slow = general(json.as_bytes(), binary);
+                assert_eq!(outcome(fast), outcome(slow), "{:.200}", json);
+            }
+        }
+    }
 }

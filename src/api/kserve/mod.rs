@@ -12,6 +12,7 @@ pub mod infer_body;
 mod infer_grpc;
 mod infer_http;
 mod infer_json;
+pub mod infer_lift;
 mod metadata;
 mod model_info;
 mod repository;
