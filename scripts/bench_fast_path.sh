@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 13's request-path figures side by side in one run, for the example ranker at batch 1:
 # KServe JSON infer at concurrency 8 against the same server's GET /v2/health/live, and KServe
-# gRPC and HTTP at concurrency 1 against the in-process floor; each with inline runs off
+# gRPC and HTTP at concurrency 1 against the in-process floor and against the same server's
+# KServe gRPC `ServerLive` and `GET /v2/health/live` (the stacks alone); each with inline runs off
 # (--inline-run-max-us 0: every request through the batcher) and on (the default). Server on
 # CPU 0, load generator on CPU 1 (taskset), the floor on CPU 0. One JSON line per cell on
 # stdout (tensorport-loadgen's --format json, labelled "inline=<us> <cell>"), and on stderr
@@ -48,6 +49,9 @@ for inline in $(for _ in $(seq "$ROUNDS"); do echo 0 50; done); do
     cell "inline=$inline kserve-http c8" "$rest" kserve-http 8
     cell "inline=$inline kserve-grpc c1" "$grpc" kserve-grpc 1
     cell "inline=$inline kserve-http c1" "$rest" kserve-http 1
+    # The stacks alone at concurrency 1: what a request costs before any model is involved.
+    cell "inline=$inline health-grpc c1" "$grpc" health-grpc 1
+    cell "inline=$inline health-live c1" "$rest" health-live 1
     echo "inline=$inline: $(curl -s "http://$rest/metrics" | grep '^tensorport_inline_runs_total')" >&2
     kill "$server"
     wait "$server" || true

@@ -25,6 +25,9 @@ pub enum Protocol {
     /// KServe `GET /v2/health/live`: the HTTP stack alone, no model (`--model` and `--input`
     /// are still required, and ignored), as the ceiling KServe HTTP cells are compared with.
     HealthLive,
+    /// KServe gRPC `ServerLive`: the gRPC stack alone, no model (`--model` and `--input` are
+    /// still required, and ignored), as the ceiling KServe gRPC cells are compared with.
+    HealthGrpc,
 }
 
 impl Protocol {
@@ -37,6 +40,7 @@ impl Protocol {
             Self::TfsRest => "tfs-rest",
             Self::Floor => "floor",
             Self::HealthLive => "health-live",
+            Self::HealthGrpc => "health-grpc",
         }
     }
 }

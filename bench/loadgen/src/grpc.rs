@@ -13,6 +13,7 @@ use crate::error::LoadgenError;
 
 pub const KSERVE_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
 pub const TFS_PREDICT: &str = "/tensorflow.serving.PredictionService/Predict";
+pub const KSERVE_SERVER_LIVE: &str = "/inference.GRPCInferenceService/ServerLive";
 
 /// Message bodies as they are: encoded once by the caller, not decoded on the way back.
 #[derive(Debug, Clone, Copy, Default)]

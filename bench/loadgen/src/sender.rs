@@ -78,7 +78,7 @@ impl Setup {
         let target = config.target.as_str();
         let http_uri = |path: String| http::uri(target, &path).map_err(LoadgenError::Config);
         let (sender, registration) = match config.protocol {
-            Protocol::KserveGrpc | Protocol::TfsGrpc => {
+            Protocol::KserveGrpc | Protocol::TfsGrpc | Protocol::HealthGrpc => {
                 let mut channels = Vec::with_capacity(config.connections);
                 for _ in 0..config.connections {
                     channels.push(grpc::connect(target).await?);
@@ -87,11 +87,14 @@ impl Setup {
                     LoadgenError::Config("--connections must be at least 1".into())
                 })?;
                 let registration = Registration::Grpc(KserveClient::new(first));
-                let (path, bodies) = if config.protocol == Protocol::TfsGrpc {
-                    (grpc::TFS_PREDICT, vec![payload::tfs_grpc(config, &data)])
-                } else {
-                    let bodies = bodies(&|shm| payload::kserve_grpc(config, &data, shm));
-                    (grpc::KSERVE_INFER, bodies)
+                let (path, bodies) = match config.protocol {
+                    Protocol::TfsGrpc => (grpc::TFS_PREDICT, vec![payload::tfs_grpc(config, &data)]),
+                    // `ServerLiveRequest` has no fields: its encoding is empty.
+                    Protocol::HealthGrpc => (grpc::KSERVE_SERVER_LIVE, vec![Bytes::new()]),
+                    _ => {
+                        let bodies = bodies(&|shm| payload::kserve_grpc(config, &data, shm));
+                        (grpc::KSERVE_INFER, bodies)
+                    }
                 };
                 (
                     Sender::Grpc(GrpcSender::new(channels, path, bodies)),
