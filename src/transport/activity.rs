@@ -6,29 +6,50 @@
 //! next request, which would make every idle HTTP/1 connection close after the header-read
 //! timeout however long the idle timeout is. So the connection's reads are watched instead:
 //! bytes that arrive while nothing is in flight start the header timer.
+//!
+//! Requests only write down when things happened; nothing is woken. The timer wakes on its
+//! own, at the earliest moment either limit could run out, and reads the record then, so a
+//! busy connection costs a lock per change and a wake-up per header-read timeout, not a
+//! wake-up per request.
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// The start of every HTTP/2 connection (RFC 9113, section 3.4).
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-#[derive(Clone, Copy, Default)]
+/// The shortest time between two checks, should either limit be set to next to nothing.
+const MIN_CHECK: Duration = Duration::from_millis(1);
+
+#[derive(Clone, Copy)]
 struct Load {
     /// Requests in flight.
     busy: usize,
-    /// Bytes of a request head have arrived while nothing was in flight.
-    head_started: bool,
-    /// Counts every change, so that a timer can tell "still idle" from "busy in between".
-    changes: u64,
+    /// When the last request finished (or the connection opened).
+    idle_since: Instant,
+    /// When bytes of a request head arrived while nothing was in flight.
+    head_started: Option<Instant>,
+}
+
+impl Load {
+    /// When the connection runs out of time if nothing else happens, and why.
+    fn deadline(&self, idle: Duration, header: Duration) -> Option<(Instant, Expired)> {
+        if self.busy > 0 {
+            return None;
+        }
+        Some(match self.head_started {
+            Some(started) => (started + header, Expired::SlowHead),
+            None => (self.idle_since + idle, Expired::Idle),
+        })
+    }
 }
 
 /// Why a connection's time ran out.
@@ -40,63 +61,72 @@ pub enum Expired {
     SlowHead,
 }
 
-#[derive(Clone, Default)]
-pub struct Activity(Arc<watch::Sender<Load>>);
+#[derive(Clone)]
+pub struct Activity(Arc<Mutex<Load>>);
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self(Arc::new(Mutex::new(Load {
+            busy: 0,
+            idle_since: Instant::now(),
+            head_started: None,
+        })))
+    }
+}
+
+/// The record; a panic while it was held cannot leave it inconsistent (each change is one
+/// assignment), so a poisoned lock is used as it is.
+fn record(load: &Mutex<Load>) -> MutexGuard<'_, Load> {
+    load.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 impl Activity {
     /// A request has arrived; it counts as in flight until the guard is dropped.
     pub fn begin(&self) -> Busy {
-        self.0.send_modify(|load| {
-            load.busy += 1;
-            load.head_started = false;
-            load.changes += 1;
-        });
+        let mut load = record(&self.0);
+        load.busy += 1;
+        load.head_started = None;
+        drop(load);
         Busy(self.0.clone())
     }
 
     fn bytes_arrived(&self) {
-        self.0.send_if_modified(|load| {
-            let starts = load.busy == 0 && !load.head_started;
-            if starts {
-                load.head_started = true;
-                load.changes += 1;
-            }
-            starts
-        });
+        let mut load = record(&self.0);
+        if load.busy == 0 && load.head_started.is_none() {
+            load.head_started = Some(Instant::now());
+        }
     }
 
     /// Resolves when the connection has been idle for `idle`, or a head has been arriving
     /// for `header`, whichever comes first.
     pub async fn expired(&self, idle: Duration, header: Duration) -> Expired {
-        let mut load = self.0.subscribe();
         loop {
-            // The sender lives as long as `self`, so this cannot fail; if it did, the
-            // connection would be gone anyway.
-            let Ok(now) = load.wait_for(|load| load.busy == 0).await.map(|load| *load) else {
-                return Expired::Idle;
-            };
-            let (limit, why) = if now.head_started {
-                (header, Expired::SlowHead)
-            } else {
-                (idle, Expired::Idle)
-            };
-            tokio::select! {
-                () = tokio::time::sleep(limit) => return why,
-                _ = load.wait_for(|load| load.changes != now.changes) => {}
+            let now = Instant::now();
+            let deadline = record(&self.0).deadline(idle, header);
+            if let Some((at, why)) = deadline {
+                if now >= at {
+                    return why;
+                }
             }
+            // A head may start while this sleeps; waking again within `header` keeps its
+            // deadline exact, since it cannot fall before `now + header`.
+            let next_check = now + header.min(idle).max(MIN_CHECK);
+            let wake = deadline.map_or(next_check, |(at, _)| at.min(next_check));
+            tokio::time::sleep_until(wake).await;
         }
     }
 }
 
 /// Held from a request's arrival until its response has been sent (or dropped).
-pub struct Busy(Arc<watch::Sender<Load>>);
+pub struct Busy(Arc<Mutex<Load>>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.send_modify(|load| {
-            load.busy = load.busy.saturating_sub(1);
-            load.changes += 1;
-        });
+        let mut load = record(&self.0);
+        load.busy = load.busy.saturating_sub(1);
+        if load.busy == 0 {
+            load.idle_since = Instant::now();
+        }
     }
 }
 

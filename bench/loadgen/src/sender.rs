@@ -88,7 +88,9 @@ impl Setup {
                 })?;
                 let registration = Registration::Grpc(KserveClient::new(first));
                 let (path, bodies) = match config.protocol {
-                    Protocol::TfsGrpc => (grpc::TFS_PREDICT, vec![payload::tfs_grpc(config, &data)]),
+                    Protocol::TfsGrpc => {
+                        (grpc::TFS_PREDICT, vec![payload::tfs_grpc(config, &data)])
+                    }
                     // `ServerLiveRequest` has no fields: its encoding is empty.
                     Protocol::HealthGrpc => (grpc::KSERVE_SERVER_LIVE, vec![Bytes::new()]),
                     _ => {

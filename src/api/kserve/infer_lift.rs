@@ -61,6 +61,10 @@ impl<'a> Lifted<'a> {
 /// nothing to lift or the body is not shaped as the pass expects (it then takes the general
 /// route, which words any error).
 pub fn lift(body: &[u8]) -> Option<Lifted<'_>> {
+    // A body shorter than one liftable list has none: most requests stop here.
+    if body.len() < MIN_LIFTED_BYTES {
+        return None;
+    }
     let text = std::str::from_utf8(body).ok()?;
     let mut spans = Vec::new();
     let mut cursor = Cursor { bytes: body, at: 0 };
