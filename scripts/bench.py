@@ -335,7 +335,7 @@ def matrix(quick: bool):
                   + cells("tensorport", LARGE, ["kserve-grpc"], "off", [1], [1])
                   + cells("tensorport", LARGE, ["kserve-grpc"], "off", [1], [1], shm=True))
         tp_on = cells("tensorport", WIDE, ["kserve-grpc"], "on", [1], [64])
-        ml_off = cells("MLServer", RANKER, ["kserve-grpc"], "off", [1], [8])
+        ml_off = cells("MLServer", RANKER, ["kserve-grpc", "kserve-http"], "off", [1], [8])
         return tp_off, tp_on, ml_off, []
     all_protocols = ["kserve-grpc", "kserve-http", "kserve-http-binary", "tfs-grpc", "tfs-rest"]
     tp_off = (cells("tensorport", RANKER, all_protocols, "off", [1, 32], [1, 8, 64])
