@@ -13,6 +13,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::value::RawValue;
 
 use super::json_scan;
+use super::json_shape;
 use super::json_values::{Leaf, Values};
 use crate::tensor::{checked_byte_len, element_count, DataType, DecodeError, DecodeLimits, Tensor};
 
@@ -86,6 +87,18 @@ pub fn decode_value(
     dtype: DataType,
     limits: &DecodeLimits,
 ) -> Result<Tensor, DecodeError> {
+    match scan_rows(&[json], false, dtype, limits) {
+        Some(tensor) => Ok(tensor),
+        None => walk_value(json, dtype, limits),
+    }
+}
+
+/// [`decode_value`] through serde's visitor alone.
+fn walk_value(
+    json: &RawValue,
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Result<Tensor, DecodeError> {
     let mut state = State::new(dtype, 0, Nesting::rectangular());
     walk(json, &mut state, 0)?;
     state.finish(limits)
@@ -98,6 +111,18 @@ pub fn decode_rows(
     dtype: DataType,
     limits: &DecodeLimits,
 ) -> Result<Tensor, DecodeError> {
+    match scan_rows(rows, true, dtype, limits) {
+        Some(tensor) => Ok(tensor),
+        None => walk_rows(rows, dtype, limits),
+    }
+}
+
+/// [`decode_rows`] through serde's visitor alone.
+fn walk_rows(
+    rows: &[&RawValue],
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Result<Tensor, DecodeError> {
     let mut state = State::new(dtype, 0, Nesting::rectangular());
     // The rows are the elements of an array at depth 0 that is not in the text.
     state.open(0)?;
@@ -106,6 +131,40 @@ pub fn decode_rows(
     }
     state.close(0, rows.len())?;
     state.finish(limits)
+}
+
+/// The fast path of [`decode_rows`] (`stacked`) and [`decode_value`]: rows of numbers in
+/// rectangular lists of one shape, read by the number scanner once that shape is known.
+/// `None` for anything else, including what the general walk would refuse, which then words
+/// the error.
+fn scan_rows(
+    rows: &[&RawValue],
+    stacked: bool,
+    dtype: DataType,
+    limits: &DecodeLimits,
+) -> Option<Tensor> {
+    let row_shape = json_shape::rectangular(rows.first()?.get())?;
+    let shape: Vec<usize> = if stacked {
+        std::iter::once(rows.len())
+            .chain(row_shape.iter().copied())
+            .collect()
+    } else {
+        row_shape.clone()
+    };
+    let count = checked_count(&shape, dtype, limits).ok()?;
+    let per_row = element_count(&row_shape).ok()?;
+    // The shape came from the text, so the count is bounded by it, not by a client's claim.
+    let mut values = Values::with_capacity(dtype, count);
+    for (index, row) in rows.iter().enumerate() {
+        let text = row.get();
+        if index > 0 && json_shape::rectangular(text)? != row_shape {
+            return None;
+        }
+        if !values.append(json_scan::flat_numbers(text, dtype, per_row, per_row)?) {
+            return None;
+        }
+    }
+    values.into_tensor(shape).ok()
 }
 
 fn walk(json: &RawValue, state: &mut State, depth: usize) -> Result<(), DecodeError> {
@@ -392,6 +451,62 @@ mod tests {
 
     fn error(result: Result<Tensor, DecodeError>) -> String {
         result.err().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_scanned_rows_are_what_the_visitor_decodes() {
+        let texts = [
+            "7",
+            "-0",
+            "[1, 2, 3]",
+            "[[1, 2], [3, 4]]",
+            "[[1.5e3, -2], [3, 0.1]]",
+            "[[[1]], [[2]]]",
+            "[300, 1]",
+            "[1.5]",
+            "[-1]",
+            "[18446744073709551615]",
+            "[1e400]",
+            "[[1, 2], [3]]",
+            "[1, [2]]",
+            "[]",
+            "[[], []]",
+            "[1, \"NaN\"]",
+            "[true]",
+            "[0.10000000149011612]",
+        ];
+        let dtypes = [
+            DataType::F32,
+            DataType::F64,
+            DataType::I32,
+            DataType::U8,
+            DataType::I64,
+            DataType::U64,
+            DataType::F16,
+            DataType::Bool,
+        ];
+        for dtype in dtypes {
+            for first in texts {
+                for second in texts {
+                    let (a, b) = (raw(first), raw(second));
+                    if let Some(fast) = scan_rows(&[&a, &b], true, dtype, &limits()) {
+                        let slow = walk_rows(&[&a, &b], dtype, &limits());
+                        assert_eq!(Ok(fast), slow, "{dtype} {first} {second}");
+                    }
+                }
+                let a = raw(first);
+                if let Some(fast) = scan_rows(&[&a], false, dtype, &limits()) {
+                    assert_eq!(
+                        Ok(fast),
+                        walk_value(&a, dtype, &limits()),
+                        "{dtype} {first}"
+                    );
+                }
+            }
+        }
+        // The usual case does take the fast path.
+        let row = raw("[0.25, 0.5, 0.75]");
+        assert!(scan_rows(&[&row, &row], true, DataType::F32, &limits()).is_some());
     }
 
     #[test]

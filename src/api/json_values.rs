@@ -162,6 +162,28 @@ impl Values {
         }
     }
 
+    /// Appends `more`, which must hold the same element type; `false` when it does not.
+    pub fn append(&mut self, more: Values) -> bool {
+        match (self, more) {
+            (Self::Bool(a), Self::Bool(b)) => a.extend(b),
+            (Self::U8(a), Self::U8(b)) => a.extend(b),
+            (Self::U16(a), Self::U16(b)) => a.extend(b),
+            (Self::U32(a), Self::U32(b)) => a.extend(b),
+            (Self::U64(a), Self::U64(b)) => a.extend(b),
+            (Self::I8(a), Self::I8(b)) => a.extend(b),
+            (Self::I16(a), Self::I16(b)) => a.extend(b),
+            (Self::I32(a), Self::I32(b)) => a.extend(b),
+            (Self::I64(a), Self::I64(b)) => a.extend(b),
+            (Self::F16(a), Self::F16(b)) => a.extend(b),
+            (Self::BF16(a), Self::BF16(b)) => a.extend(b),
+            (Self::F32(a), Self::F32(b)) => a.extend(b),
+            (Self::F64(a), Self::F64(b)) => a.extend(b),
+            (Self::Str(a), Self::Str(b)) => a.extend(b),
+            _ => return false,
+        }
+        true
+    }
+
     pub fn into_tensor(self, shape: Vec<usize>) -> Result<Tensor, DecodeError> {
         fn dense<T: Element>(shape: Vec<usize>, values: Vec<T>) -> Result<Tensor, DecodeError> {
             Tensor::from_vec(shape, values)

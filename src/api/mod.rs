@@ -9,6 +9,7 @@ mod json_number;
 #[cfg(test)]
 mod json_round_trip;
 mod json_scan;
+mod json_shape;
 pub mod json_tensor;
 mod json_values;
 pub mod kserve;

@@ -10,6 +10,7 @@ mod grpc_metadata;
 mod grpc_model_service;
 mod grpc_predict;
 pub mod multi_inference;
+mod predict_body;
 pub mod regress;
 pub mod rest;
 pub mod rest_examples;

@@ -5,6 +5,7 @@ use axum::response::Response;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use super::predict_body::{Instances, PredictBody};
 use super::rest_path::{version_selector, VersionRef};
 use crate::api::json_body::{self, RawObject};
 use crate::api::json_decode::{decode_rows, decode_value};
@@ -15,18 +16,6 @@ use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget, PredictionResult};
 use crate::request::RequestContext;
 use crate::wire_error::{BodyError, PredictBodyError};
-
-/// A predict request as sent, read in one pass: tensor data stays borrowed text until the
-/// signature says what each input should be.
-#[derive(serde::Deserialize)]
-struct PredictBody<'a> {
-    #[serde(borrow, default)]
-    signature_name: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    instances: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    inputs: Option<&'a RawValue>,
-}
 
 /// The two request layouts TF Serving accepts, as unparsed JSON text.
 enum Layout<'b> {
@@ -70,9 +59,8 @@ pub(super) async fn predict(
     };
     let layout = match (fields.instances, fields.inputs) {
         (Some(_), Some(_)) => return Err(PredictBodyError::BothLayouts.into()),
-        (Some(instances), None) => {
-            let rows: Vec<&RawValue> = serde_json::from_str(instances.get())
-                .map_err(|_| PredictBodyError::InstancesNotArray)?;
+        (Some(Instances::NotAList), None) => return Err(PredictBodyError::InstancesNotArray.into()),
+        (Some(Instances::List(rows)), None) => {
             if rows.is_empty() {
                 return Err(PredictBodyError::NoInstances.into());
             }
