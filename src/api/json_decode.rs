@@ -153,8 +153,10 @@ fn scan_rows(
     };
     let count = checked_count(&shape, dtype, limits).ok()?;
     let per_row = element_count(&row_shape).ok()?;
-    // The shape came from the text, so the count is bounded by it, not by a client's claim.
-    let mut values = Values::with_capacity(dtype, count);
+    // Only the first row's shape is known yet: the text of all rows, not that shape times
+    // the number of rows, bounds what is reserved (every element takes at least two bytes).
+    let text_len: usize = rows.iter().map(|row| row.get().len()).sum();
+    let mut values = Values::with_capacity(dtype, count.min(text_len / 2 + 1));
     for (index, row) in rows.iter().enumerate() {
         let text = row.get();
         if index > 0 && json_shape::rectangular(text)? != row_shape {
@@ -504,6 +506,13 @@ mod tests {
                 }
             }
         }
+        // A wide first row and many narrow ones (a 40 MB tensor by the first row's shape,
+        // within the limits) are refused as ragged, having reserved no more than their text.
+        let wide = raw(&format!("[{}]", vec!["1"; 1000].join(",")));
+        let narrow = raw("[1]");
+        let mut rows: Vec<&RawValue> = vec![&wide];
+        rows.extend(std::iter::repeat_n(&*narrow, 10_000));
+        assert!(scan_rows(&rows, true, DataType::F32, &limits()).is_none());
         // The usual case does take the fast path.
         let row = raw("[0.25, 0.5, 0.75]");
         assert!(scan_rows(&[&row, &row], true, DataType::F32, &limits()).is_some());
