@@ -19,12 +19,13 @@ use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codec::CompressionEncoding::Gzip;
+use tower::util::MapRequestLayer;
 use tower::Layer;
 
 use crate::api::health::{Health, Readiness};
 use crate::api::rest_util::RestError;
 use crate::api::route_table::Routes;
-use crate::api::{health, kserve, scrape, tfserving};
+use crate::api::{grpc_compression, health, kserve, scrape, tfserving};
 use crate::auth::{Access, AuthLayer};
 use crate::infer::InferService;
 use crate::overload::{Overload, OverloadSettings};
@@ -146,8 +147,8 @@ fn metrics_app(infer: Arc<InferService>, health: &Arc<Health>, auth: &Access) ->
 }
 
 /// Every gRPC service, each refusing messages over `limit` bytes. gzip messages are accepted
-/// (tonic counts their inflated size against `limit`) and replies are gzipped for clients that
-/// offer it in `grpc-accept-encoding`.
+/// (tonic counts their inflated size against `limit`), and the reply to a gzipped request is
+/// gzipped (see [`grpc_compression`]).
 fn grpc_routes(
     infer: &Arc<InferService>,
     health: &Arc<Health>,
@@ -238,12 +239,14 @@ pub async fn run(
 
     // Auth inside the overload stack, as on the HTTP port.
     let grpc_app = overload.layer::<tonic::body::Body>().layer(
-        AuthLayer::<tonic::body::Body>::new(options.auth.clone()).layer(grpc_routes(
-            &infer,
-            &health,
-            options.max_request_bytes,
-            options.predict_response,
-        )),
+        AuthLayer::<tonic::body::Body>::new(options.auth.clone()).layer(
+            MapRequestLayer::new(grpc_compression::reply_in_kind).layer(grpc_routes(
+                &infer,
+                &health,
+                options.max_request_bytes,
+                options.predict_response,
+            )),
+        ),
     );
     let grpc = transport::serve::<Grpc, _>(
         listeners.grpc,

@@ -2,6 +2,7 @@
 //! formats out.
 
 pub mod compression;
+pub mod grpc_compression;
 pub mod health;
 pub mod json_body;
 pub mod json_decode;

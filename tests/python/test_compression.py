@@ -1,11 +1,13 @@
 """gzip on both ports, with real clients: `Content-Encoding: gzip` request bodies and
-`Accept-Encoding: gzip` responses on the HTTP port, gzip messages both ways on gRPC. The
-inflated size counts against --max-request-bytes, so a gzip bomb is refused and the server
-keeps serving."""
+`Accept-Encoding: gzip` responses on the HTTP port, gzip messages both ways on gRPC (a reply
+gzipped only when its request was). The inflated size counts against --max-request-bytes, so a
+gzip bomb is refused and the server keeps serving."""
 
 from __future__ import annotations
 
 import gzip
+import struct
+import subprocess
 
 import grpc
 import numpy as np
@@ -133,3 +135,47 @@ def test_grpc_gzip_with_tf_serving_stubs_and_a_bomb(server):
         np.testing.assert_array_equal(make_ndarray(reply.outputs["y"]), X)
     finally:
         channel.close()
+
+
+def _grpc_frame(message: bytes, compressed: bool) -> bytes:
+    return bytes([1 if compressed else 0]) + struct.pack(">I", len(message)) + message
+
+
+def _curl_predict(server, tmp_path, frame: bytes, headers: list[str]) -> tuple[str, bytes]:
+    """One Predict over curl's HTTP/2: the response headers, and the reply's gRPC frame."""
+    sent, received = tmp_path / "request.bin", tmp_path / "reply.bin"
+    sent.write_bytes(frame)
+    args = ["curl", "-sS", "--max-time", "30", "--http2-prior-knowledge", "-D", "-",
+            "-o", str(received), "-H", "content-type: application/grpc", "-H", "te: trailers",
+            "--data-binary", f"@{sent}"]
+    for header in headers:
+        args += ["-H", header]
+    url = f"http://{server.grpc_target}/tensorflow.serving.PredictionService/Predict"
+    done = subprocess.run([*args, url], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.lower(), received.read_bytes()
+
+
+def test_grpc_replies_are_gzipped_only_when_the_request_was(server, tmp_path):
+    # Every gRPC C-core client offers gzip on every call; TF Serving and Triton still answer
+    # uncompressed unless the client compresses, and so does this server.
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "echo_float32"
+    request.inputs["x"].CopyFrom(make_tensor_proto(X))
+    message = request.SerializeToString()
+    offers = "grpc-accept-encoding: identity,deflate,gzip"
+
+    headers, reply = _curl_predict(server, tmp_path, _grpc_frame(message, False), [offers])
+    assert "grpc-status: 0" in headers, headers
+    assert "grpc-encoding" not in headers, headers
+    assert reply[0] == 0, reply[:16]
+    answer = predict_pb2.PredictResponse.FromString(reply[5:])
+    np.testing.assert_array_equal(make_ndarray(answer.outputs["y"]), X)
+
+    gzipped = _grpc_frame(gzip.compress(message), True)
+    headers, reply = _curl_predict(server, tmp_path, gzipped, ["grpc-encoding: gzip", offers])
+    assert "grpc-status: 0" in headers, headers
+    assert "grpc-encoding: gzip" in headers, headers
+    assert reply[0] == 1, reply[:16]
+    answer = predict_pb2.PredictResponse.FromString(gzip.decompress(reply[5:]))
+    np.testing.assert_array_equal(make_ndarray(answer.outputs["y"]), X)
