@@ -2,7 +2,9 @@
 //! any handler sees it, and the inflated size counts against `--max-request-bytes`, so a small
 //! compressed body cannot expand past the limit (a gzip bomb is refused with 413 as soon as
 //! the output passes it). A response is deflated when the client sends `Accept-Encoding: gzip`
-//! and the body is large enough for compression to pay.
+//! and the body is large enough for compression to pay. Large bodies are inflated and
+//! deflated on the blocking pool, so that one of them does not stall the requests that share
+//! its runtime worker.
 
 use std::io::Read;
 
@@ -19,6 +21,23 @@ use super::rest_util::RestError;
 
 /// Below this many bytes a gzip header and trailer cost more than they save.
 const MIN_COMPRESSED_RESPONSE: usize = 1024;
+
+/// Bodies past this size are inflated or deflated on the blocking pool: at tens of MB/s a
+/// large body would otherwise hold a runtime worker, and every request queued behind it, for
+/// milliseconds. Below it the hand-off costs more than the work.
+const OFF_RUNTIME_BYTES: usize = 64 << 10;
+
+/// Runs `work` on the blocking pool when `bytes` is large, in place otherwise; `None` when
+/// the pool dropped it (the runtime is shutting down, or the work panicked).
+async fn off_runtime_if_large<T: Send + 'static>(
+    bytes: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    if bytes < OFF_RUNTIME_BYTES {
+        return Some(work());
+    }
+    tokio::task::spawn_blocking(work).await.ok()
+}
 
 /// The middleware: `limit` is `--max-request-bytes`.
 pub async fn gzip(State(limit): State<usize>, request: Request, next: Next) -> Response {
@@ -56,7 +75,14 @@ async fn inflate_request(request: Request, limit: usize) -> Result<Request, Rest
     }
     let (mut parts, body) = request.into_parts();
     let compressed = to_bytes(body, limit).await.map_err(|_| too_large(limit))?;
-    let inflated = inflate(&compressed, limit)?;
+    let inflated = off_runtime_if_large(compressed.len(), move || inflate(&compressed, limit))
+        .await
+        .unwrap_or_else(|| {
+            Err(RestError::with_status(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the server is shutting down; the request body was not inflated",
+            ))
+        })?;
     parts.headers.remove(header::CONTENT_ENCODING);
     parts.headers.remove(header::CONTENT_LENGTH);
     parts
@@ -127,19 +153,24 @@ async fn deflate_response(response: Response) -> Response {
     if plain.len() < MIN_COMPRESSED_RESPONSE {
         return Response::from_parts(parts, Body::from(plain));
     }
-    let mut encoder = GzEncoder::new(Vec::with_capacity(plain.len() / 3), Compression::fast());
-    let compressed =
-        std::io::Write::write_all(&mut encoder, &plain).and_then(|()| encoder.finish());
+    let input = plain.clone();
+    let compressed = off_runtime_if_large(plain.len(), move || deflate(&input)).await;
     match compressed {
-        Ok(compressed) => {
+        Some(Ok(compressed)) => {
             parts.headers.remove(header::CONTENT_LENGTH);
             parts
                 .headers
                 .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
             Response::from_parts(parts, Body::from(compressed))
         }
-        Err(_) => Response::from_parts(parts, Body::from(plain)),
+        Some(Err(_)) | None => Response::from_parts(parts, Body::from(plain)),
     }
+}
+
+fn deflate(plain: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(plain.len() / 3), Compression::fast());
+    std::io::Write::write_all(&mut encoder, plain)?;
+    encoder.finish()
 }
 
 #[cfg(test)]
@@ -177,6 +208,27 @@ mod tests {
             .err()
             .map(|e| e.into_response().status());
         assert_eq!(refusal, Some(StatusCode::BAD_REQUEST));
+    }
+
+    #[tokio::test]
+    async fn large_bodies_are_worked_on_off_the_runtime_threads() {
+        let here = std::thread::current().id();
+        let on = |bytes| off_runtime_if_large(bytes, || std::thread::current().id());
+        assert_eq!(on(OFF_RUNTIME_BYTES - 1).await, Some(here));
+        assert_ne!(on(OFF_RUNTIME_BYTES).await, Some(here));
+        assert!(on(OFF_RUNTIME_BYTES).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn a_large_response_is_gzipped_whole() {
+        let plain: Vec<u8> = (0..(1u32 << 20))
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        let response = deflate_response(Response::new(Body::from(plain.clone()))).await;
+        assert_eq!(response.headers()[header::CONTENT_ENCODING], "gzip");
+        let compressed = to_bytes(response.into_body(), usize::MAX).await;
+        let inflated = compressed.ok().and_then(|c| inflate(&c, usize::MAX).ok());
+        assert_eq!(inflated.as_deref(), Some(plain.as_slice()));
     }
 
     #[test]
