@@ -14,6 +14,8 @@
 # Usage: scripts/bench_fast_path.sh   (after `make bench-build`; DURATION=S WARMUP=S to change)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/serve_ports.sh
+. scripts/serve_ports.sh
 BIN=${BIN:-target/release/tensorport}
 LOADGEN=${LOADGEN:-target/release/tensorport-loadgen}
 DURATION=${DURATION:-5}
@@ -39,12 +41,7 @@ for inline in $(for _ in $(seq "$ROUNDS"); do echo 0 50; done); do
     ORT_DYLIB_PATH=$ORT taskset -c 0 "$BIN" serve --model-dir examples/models --host 127.0.0.1 \
         --grpc-port 0 --rest-port 0 --inline-run-max-us "$inline" >"$log" 2>&1 &
     server=$!
-    for _ in $(seq 600); do
-        grep -q "initial load settled" "$log" && break
-        sleep 0.1
-    done
-    grpc=$(grep -o 'listening grpc=[^ ]*' "$log" | head -n 1 | cut -d= -f2)
-    rest=$(grep -o 'rest=[^ ]*' "$log" | head -n 1 | cut -d= -f2)
+    serve_ports "$log"
     cell "inline=$inline health-live c8" "$rest" health-live 8
     cell "inline=$inline kserve-http c8" "$rest" kserve-http 8
     cell "inline=$inline kserve-grpc c1" "$grpc" kserve-grpc 1

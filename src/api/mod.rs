@@ -4,6 +4,7 @@
 pub mod compression;
 pub mod grpc_compression;
 pub mod health;
+pub mod heavy;
 pub mod json_body;
 pub mod json_decode;
 mod json_number;

@@ -12,6 +12,7 @@ use axum::Extension;
 use super::http::{connection_peer, Connection, Reply, Shared};
 use super::infer_json::decode_infer_body;
 use super::{codec, infer, InferRequest, InferResponse};
+use crate::api::heavy::{json_text_estimate, run_heavy};
 use crate::api::json_tensor::{write_flat, write_json_str};
 use crate::api::rest_util::raw_json_response;
 use crate::error::Error;
@@ -60,14 +61,23 @@ pub(super) async fn run_infer(
     let decoded = InferRequest {
         model,
         version,
-        ..decode_infer_body(&header, binary, s.limits())?
+        ..run_heavy(header.len(), || {
+            decode_infer_body(&header, binary, s.limits())
+        })?
     };
     // The JSON text is decoded: let it go before the model runs and the answer is written, so
     // a large request never holds its body and its answer at once.
     drop(header);
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let response = infer(s, decoded, peer, context).await?;
-    Ok(encode_response(&response)?)
+    let elements = response
+        .outputs
+        .iter()
+        .map(|o| o.tensor.element_count())
+        .sum();
+    Ok(run_heavy(json_text_estimate(elements), || {
+        encode_response(&response)
+    })?)
 }
 
 /// Splits a binary-extension body at `Inference-Header-Content-Length`.

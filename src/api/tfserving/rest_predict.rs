@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::predict_body::{Instances, PredictBody};
 use super::rest_path::{version_selector, VersionRef};
+use crate::api::heavy::{json_text_estimate, run_heavy};
 use crate::api::json_body::{self, RawObject};
 use crate::api::json_decode::{decode_rows, decode_value};
 use crate::api::json_tensor::{write_json_str, write_tensor};
@@ -41,14 +42,17 @@ pub(super) async fn predict(
         }
         .into());
     }
-    let fields: PredictBody<'_> =
-        json_body::parse_borrowed(body, &mut rewritten).map_err(|err| {
-            if err.is_data() {
-                Error::from(BodyError::Malformed(err.to_string()))
-            } else {
-                PredictBodyError::NotJson(err.to_string()).into()
-            }
-        })?;
+    // The envelope pass reads the whole body; the tensors are read below, in `prepare`.
+    let fields: PredictBody<'_> = run_heavy(body.len(), || {
+        json_body::parse_borrowed(body, &mut rewritten)
+    })
+    .map_err(|err| {
+        if err.is_data() {
+            Error::from(BodyError::Malformed(err.to_string()))
+        } else {
+            PredictBodyError::NotJson(err.to_string()).into()
+        }
+    })?;
     let signature_name = match fields
         .signature_name
         .map(|raw| serde_json::from_str(raw.get()))
@@ -78,10 +82,10 @@ pub(super) async fn predict(
     let row_format = matches!(layout, Layout::Rows(_));
     let prepared = infer
         .prepare(target, context, |sig| {
-            let inputs = match &layout {
-                Layout::Rows(rows) => row_inputs(sig, rows, infer)?,
-                Layout::Columns(columns) => column_inputs(sig, columns, infer)?,
-            };
+            let inputs = run_heavy(body.len(), || match &layout {
+                Layout::Rows(rows) => row_inputs(sig, rows, infer),
+                Layout::Columns(columns) => column_inputs(sig, columns, infer),
+            })?;
             // TF Serving's API has no priority, and no timeout but the transport's.
             Ok(Decoded {
                 inputs,
@@ -90,11 +94,14 @@ pub(super) async fn predict(
         })
         .await?;
     let result = infer.run(prepared).await?;
-    let body = if row_format {
-        predictions_body(&result)?
-    } else {
-        outputs_body(&result)?
-    };
+    let elements = result.outputs.iter().map(|(_, t)| t.element_count()).sum();
+    let body = run_heavy(json_text_estimate(elements), || {
+        if row_format {
+            predictions_body(&result)
+        } else {
+            outputs_body(&result)
+        }
+    })?;
     Ok(crate::api::rest_util::raw_json_response(body))
 }
 
