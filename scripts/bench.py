@@ -64,12 +64,15 @@ class Model:
 RANKER = Model("ranker", 16, "the example ranking MLP (16 -> 32 -> 1, 2 KB of weights)")
 WIDE = Model("ranker_wide", 256, "a wide ranking MLP (256 -> 1024 -> 1024 -> 1, 5 MB of weights)")
 LARGE = Model("ranker_large", 262_144, "a large-input MLP (1 MiB of features per row -> 4 -> 1, 4 MiB of weights)")
-WIDE_B = Model("ranker_wide_b", 256, "the same file as ranker_wide, loaded as a second model")
+# The instances comparison's model: issue 13's compute-bound MLP, where a run (about 2 ms for 32
+# rows) outweighs what the request and the load generator cost.
+COMPUTE = Model("mlp_compute", 256, "a compute-bound MLP (256 -> 2048 -> 2048 -> 1, 19 MB of weights)")
+COMPUTE_B = Model("mlp_compute_b", 256, "the same file as mlp_compute, loaded as a second model")
 # The instances comparison: rows per request and requests in flight (split between the models
 # of the two-model setup).
 INSTANCE_BATCH, INSTANCE_CONCURRENCY = 32, 4
-INSTANCE_SETUPS = (("count = 1", ((WIDE, 1),)), ("count = 2", ((WIDE, 2),)),
-                   ("two models", ((WIDE, 1), (WIDE_B, 1))))
+INSTANCE_SETUPS = (("count = 1", ((COMPUTE, 1),)), ("count = 2", ((COMPUTE, 2),)),
+                   ("two models", ((COMPUTE, 1), (COMPUTE_B, 1))))
 
 
 @dataclass
@@ -116,7 +119,8 @@ def write_models(root: Path, models: list[Model], batching: bool) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(latest_version(REPO / "examples" / "models" / "ranker"), target)
         else:
-            generate += ["--wide-ranker" if model is WIDE else "--large-ranker", str(root)]
+            flag = {WIDE.name: "--wide-ranker", COMPUTE.name: "--compute-mlp"}.get(model.name, "--large-ranker")
+            generate += [flag, str(root)]
         if batching:
             (root / model.name).mkdir(parents=True, exist_ok=True)
             (root / model.name / "config.toml").write_text("[batching]\nmax_batch_size = 64\nmax_queue_delay_us = 0\n")
@@ -287,10 +291,10 @@ class Runner:
         generator per model, run at the same time."""
         for label, models in INSTANCE_SETUPS:
             root = work / ("instances-" + label.replace(" ", "").replace("=", ""))
-            write_models(root, [WIDE], batching=False)
+            write_models(root, [COMPUTE], batching=False)
             for model, count in models:
-                if model is not WIDE:
-                    shutil.copytree(root / WIDE.name, root / model.name)
+                if model is not COMPUTE:
+                    shutil.copytree(root / COMPUTE.name, root / model.name)
                 (root / model.name / "config.toml").write_text(f"[instances]\ncount = {count}\n")
             print(f"tensorport, instances: {label}", flush=True)
             server = Tensorport(Path(self.args.binary), root, work / f"{root.name}.log", cpu=None)
@@ -306,6 +310,19 @@ class Runner:
                     run.join()
             finally:
                 server.stop()
+        # The machine's own ceiling: the floor on one CPU, then one floor per CPU at once.
+        print("floor, instances model: one CPU, then both", flush=True)
+        files = work / "instances-count1"
+        extra = ["--model-file", str(files / COMPUTE.name / "1" / "model.onnx"), "--ort-library", str(ort_library())]
+        self.loadgen_run(Cell("instances floor, one CPU", COMPUTE, "floor", "-", INSTANCE_BATCH, 1), "-", extra,
+                         cpu=SERVER_CPU)
+        both = [threading.Thread(target=self.loadgen_run, args=(Cell(f"instances floor, CPU {cpu}", COMPUTE, "floor",
+                                                                     "-", INSTANCE_BATCH, 1), "-", extra),
+                                 kwargs={"cpu": cpu}) for cpu in (SERVER_CPU, CLIENT_CPU)]
+        for run in both:
+            run.start()
+        for run in both:
+            run.join()
 
     def find(self, server: str, model: Model, protocol: str, batching: str, batch: int, concurrency: int,
              shm: bool = False) -> Cell | None:
@@ -563,7 +580,7 @@ def instances_table(runner: Runner) -> list[str]:
             totals[label] = next(c.result["failed"] for c in cells if "failed" in c.result)
     if not totals:
         return []
-    out = [f"### Instances: {WIDE.name}, batch {INSTANCE_BATCH}, concurrency {INSTANCE_CONCURRENCY}, batching off", "",
+    out = [f"### Instances: {COMPUTE.name}, batch {INSTANCE_BATCH}, concurrency {INSTANCE_CONCURRENCY}, batching off", "",
            ("`[instances] count` in the model's config.toml, against the same file loaded as two models with the "
             "load split between them. KServe gRPC; server and load generator unpinned (every core)."), "",
            "| setup | infer/s | p50 | p99 | / count = 1 (infer/s) |", "| --- | ---: | ---: | ---: | ---: |"]
@@ -579,6 +596,13 @@ def instances_table(runner: Runner) -> list[str]:
         met = two[0] >= 1.5 * one[0] and two[0] >= 0.9 * pair[0]
         out += ["", (f"Target (count = 2 >= 1.5x count = 1 and >= 90% of two models): {two[0] / one[0]:.2f}x and "
                      f"{two[0] / pair[0]:.0%}: {'met' if met else 'not met'}.")]
+    floors = {c.server: c.result.get("inferences_per_s") for c in runner.cells if c.server.startswith("instances floor")}
+    alone = floors.get("instances floor, one CPU")
+    both = [floors.get(f"instances floor, CPU {cpu}") for cpu in (SERVER_CPU, CLIENT_CPU)]
+    if alone and all(both):
+        out += ["", (f"The machine's ceiling, the in-process floor with no server or sockets: {fmt(alone)} infer/s on "
+                     f"one CPU, {fmt(sum(both))} with one floor process per CPU at once "
+                     f"({sum(both) / alone:.2f}x).")]
     out.append("")
     return out
 

@@ -15,6 +15,7 @@ Writes:
 
 Usage: .venv/bin/python scripts/make_example_models.py [--check-only]
        .venv/bin/python scripts/make_example_models.py [--wide-ranker DIR] [--large-ranker DIR]
+       [--compute-mlp DIR]
        (the benchmark's larger models, written on demand)
 """
 
@@ -365,11 +366,15 @@ def main() -> int:
     ap.add_argument("--check-only", action="store_true", help="only verify the existing files")
     ap.add_argument("--wide-ranker", metavar="MODEL_DIR",
                     help="only write the benchmark's wide ranker as MODEL_DIR/ranker_wide/1/model.onnx")
+    ap.add_argument("--compute-mlp", metavar="MODEL_DIR",
+                    help="only write the instances benchmark's compute-bound MLP (256 -> 2048 -> 2048 -> 1) "
+                         "as MODEL_DIR/mlp_compute/1/model.onnx")
     ap.add_argument("--large-ranker", metavar="MODEL_DIR",
                     help="only write the benchmark's large-input ranker as MODEL_DIR/ranker_large/1/model.onnx")
     args = ap.parse_args()
-    on_demand = [(args.wide_ranker, "ranker_wide", wide_ranker), (args.large_ranker, "ranker_large", large_ranker)]
-    if args.wide_ranker or args.large_ranker:
+    on_demand = [(args.wide_ranker, "ranker_wide", wide_ranker), (args.large_ranker, "ranker_large", large_ranker),
+                 (args.compute_mlp, "mlp_compute", lambda: wide_ranker(256, 2048))]
+    if args.wide_ranker or args.large_ranker or args.compute_mlp:
         for model_dir, name, build in on_demand:
             if model_dir:
                 path = Path(model_dir) / name / "1" / "model.onnx"
