@@ -110,6 +110,7 @@ async fn start_server(root: &Path) -> BenchResult<String> {
         repository,
         DecodeLimits {
             max_tensor_bytes: limit,
+            ..DecodeLimits::default()
         },
         metrics,
         Arc::new(ShmRegistry::new(ShmPolicy::Local)),

@@ -17,11 +17,9 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/serve_ports.sh
 . scripts/serve_ports.sh
 BIN=${BIN:-target/release/tensorport}
-LOADGEN=${LOADGEN:-target/release/tensorport-loadgen}
 DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-1}
 ROUNDS=${ROUNDS:-2}
-ORT=$(ls .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so* | head -n 1)
 MODEL=examples/models/ranker/2/model.onnx
 
 # The server's CPU time so far (user + system), in clock ticks.

@@ -12,17 +12,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/serve_ports.sh
 . scripts/serve_ports.sh
-LOADGEN=${LOADGEN:-target/release/tensorport-loadgen}
 DURATION=${DURATION:-8}
 ROUNDS=${ROUNDS:-2}
 BINARIES=("${@:-target/release/tensorport}")
-ORT=$(ls .venv/lib/python3*/site-packages/onnxruntime/capi/libonnxruntime.so* | head -n 1)
 
-models=$(mktemp -d)
-trap 'rm -rf "$models"' EXIT
+large_ranker_models
 cp -r examples/models/ranker "$models/"
 rm -f "$models/ranker/config.toml"
-.venv/bin/python scripts/make_example_models.py --large-ranker "$models" >/dev/null
 
 run() { # binary
     local log server grpc rest big small

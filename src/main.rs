@@ -22,7 +22,7 @@ use tensorport::repository::{
     TfsBatching,
 };
 use tensorport::shm::ShmRegistry;
-use tensorport::tensor::DecodeLimits;
+use tensorport::tensor::{DecodeLimits, ScanHelpers};
 use tensorport::Listeners;
 
 /// Environment variable `ort` itself honours; read here once and passed down.
@@ -169,6 +169,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             repository.clone(),
             DecodeLimits {
                 max_tensor_bytes: max_request_bytes,
+                // The CPUs this process may run on (its affinity and cgroup quota), less the
+                // request's own.
+                scan_helpers: ScanHelpers::new(
+                    std::thread::available_parallelism().map_or(1, usize::from) - 1,
+                ),
             },
             metrics,
             Arc::new(ShmRegistry::with_limits(args.shm, args.shm_limits())),

@@ -15,7 +15,9 @@ use serde_json::value::RawValue;
 use super::json_scan;
 use super::json_shape;
 use super::json_values::{Leaf, Values};
-use crate::tensor::{checked_byte_len, element_count, DataType, DecodeError, DecodeLimits, Tensor};
+use crate::tensor::{
+    checked_byte_len, element_count, DataType, DecodeError, DecodeLimits, ScanHelpers, Tensor,
+};
 
 /// Decodes KServe `data`: the elements in row-major order, flat or nested in any way, filling
 /// the declared `shape`.
@@ -27,7 +29,9 @@ pub fn decode_flat(
 ) -> Result<Tensor, DecodeError> {
     let count = checked_count(&shape, dtype, limits)?;
     let capacity = capacity(count, json.get());
-    if let Some(values) = json_scan::flat_numbers(json.get(), dtype, count, capacity) {
+    if let Some(values) =
+        json_scan::flat_numbers(json.get(), dtype, count, capacity, &limits.scan_helpers)
+    {
         return values.into_tensor(shape);
     }
     // Anything the fast path leaves (strings, literals, a count or a value that does not fit)
@@ -56,7 +60,7 @@ pub fn decode_flat_unparsed(
 ) -> Result<Tensor, DecodeError> {
     let count = checked_count(&shape, dtype, limits)?;
     let capacity = capacity(count, text);
-    match json_scan::flat_numbers(text, dtype, count, capacity) {
+    match json_scan::flat_numbers(text, dtype, count, capacity, &limits.scan_helpers) {
         Some(values) => values.into_tensor(shape),
         None => Err(DecodeError::Malformed(format!(
             "data is not {count} numbers of dtype {dtype} in lists"
@@ -157,12 +161,21 @@ fn scan_rows(
     // the number of rows, bounds what is reserved (every element takes at least two bytes).
     let text_len: usize = rows.iter().map(|row| row.get().len()).sum();
     let mut values = Values::with_capacity(dtype, count.min(text_len / 2 + 1));
+    // A whole tensor in one text (TF Serving's columnar format) may be read in pieces on
+    // helper threads; the rows of the row format are each too short to be worth it.
+    let no_helpers = ScanHelpers::none();
+    let helpers = match rows {
+        [_] => &limits.scan_helpers,
+        _ => &no_helpers,
+    };
     for (index, row) in rows.iter().enumerate() {
         let text = row.get();
         if index > 0 && json_shape::rectangular(text)? != row_shape {
             return None;
         }
-        if !values.append(json_scan::flat_numbers(text, dtype, per_row, per_row)?) {
+        if !values.append(json_scan::flat_numbers(
+            text, dtype, per_row, per_row, helpers,
+        )?) {
             return None;
         }
     }
@@ -580,6 +593,7 @@ mod tests {
     fn a_huge_declared_shape_reserves_nothing_the_text_cannot_fill() {
         let limits = DecodeLimits {
             max_tensor_bytes: usize::MAX,
+            ..DecodeLimits::default()
         };
         let err = error(decode_flat(
             &raw("[1]"),
@@ -659,6 +673,7 @@ mod tests {
     fn tensors_beyond_the_limit_are_refused() {
         let limits = DecodeLimits {
             max_tensor_bytes: 8,
+            ..DecodeLimits::default()
         };
         let err = error(decode_value(&raw("[1, 2, 3]"), DataType::F32, &limits));
         assert!(err.contains("limit"), "{err}");

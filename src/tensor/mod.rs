@@ -7,11 +7,13 @@
 mod dtype;
 mod element;
 mod error;
+mod scan_helpers;
 pub mod tensor_proto;
 
 pub use dtype::DataType;
 pub use element::{BoolByte, Element};
 pub use error::DecodeError;
+pub use scan_helpers::{Lease, ScanHelpers};
 
 use std::borrow::Cow;
 
@@ -19,16 +21,20 @@ use bytes::Bytes;
 
 /// Limits applied while decoding client data, so that nothing a client sends makes the server
 /// allocate more than the request (or the configured ceiling) justifies.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct DecodeLimits {
     /// Largest tensor, in bytes, that a decoder will materialise (e.g. by broadcasting a scalar).
     pub max_tensor_bytes: usize,
+    /// Threads that may help read a long JSON tensor (a megabyte of numbers takes
+    /// milliseconds on one core), shared by all requests.
+    pub scan_helpers: ScanHelpers,
 }
 
 impl Default for DecodeLimits {
     fn default() -> Self {
         Self {
             max_tensor_bytes: 64 << 20,
+            scan_helpers: ScanHelpers::none(),
         }
     }
 }
@@ -236,6 +242,7 @@ mod tests {
     fn byte_len_respects_limit() {
         let limits = DecodeLimits {
             max_tensor_bytes: 1024,
+            ..DecodeLimits::default()
         };
         assert_eq!(
             checked_byte_len(DataType::F32, &[16, 16], &limits).ok(),

@@ -334,3 +334,45 @@ def test_asyncio_http_client(server):
     assert_close(md.as_numpy("weighted"), want_md["weighted"])
     assert_close(md.as_numpy("count"), want_md["count"])
     assert md.as_numpy("tag") is None
+
+
+# ---------------------------------------------------------------- long JSON tensors
+
+LONG = np.random.default_rng(17).standard_normal((4, 40_000)).astype(np.float32)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["flat", "nested"])
+def test_long_json_tensor_reads_exactly(http, rest_url, nested):
+    # 160,000 float32s printed as float64s (about 3 MB of text): long enough to be read in
+    # pieces on helper threads where the server has a core to spare; every value must come
+    # back bit for bit, in order.
+    data = LONG.tolist() if nested else LONG.reshape(-1).tolist()
+    body = {"inputs": [{"name": "x", "shape": list(LONG.shape), "datatype": "FP32", "data": data}]}
+    resp = http.post(f"{rest_url}/v2/models/echo_float32/infer", json=body, timeout=TIMEOUT)
+    assert resp.status_code == 200, resp.text[:300]
+    (y,) = resp.json()["outputs"]
+    assert y["shape"] == list(LONG.shape)
+    got = np.array(y["data"], dtype=np.float32).reshape(LONG.shape)
+    assert np.array_equal(got.view(np.uint32), LONG.view(np.uint32))
+
+
+@pytest.mark.parametrize("where", [0.1, 0.5, 0.9])
+def test_long_json_tensor_with_a_bad_element_is_refused_by_position(http, rest_url, where):
+    # One element that is not a number, early, in the middle (where a cut between pieces
+    # may fall) or late: refused as the one-thread reading refuses it, naming the input.
+    data = LONG.reshape(-1).tolist()
+    data[int(len(data) * where)] = "not a number"
+    body = {"inputs": [{"name": "x", "shape": list(LONG.shape), "datatype": "FP32", "data": data}]}
+    resp = http.post(f"{rest_url}/v2/models/echo_float32/infer", json=body, timeout=TIMEOUT)
+    assert resp.status_code == 400, resp.text[:300]
+    error = resp.json()["error"]
+    assert "'x'" in error and "not a number" in error, error
+
+
+def test_long_json_tensor_with_too_few_elements_is_refused(http, rest_url):
+    data = LONG.reshape(-1).tolist()[:-1]
+    body = {"inputs": [{"name": "x", "shape": list(LONG.shape), "datatype": "FP32", "data": data}]}
+    resp = http.post(f"{rest_url}/v2/models/echo_float32/infer", json=body, timeout=TIMEOUT)
+    assert resp.status_code == 400, resp.text[:300]
+    error = resp.json()["error"]
+    assert "'x'" in error and "159999" in error and "160000" in error, error

@@ -307,3 +307,21 @@ def test_echo_rest_non_finite_floats(http, rest_url, dtype):
                      headers={"Content-Type": "application/json"})
     got = np.array(ok_json(resp)["predictions"], dtype=np.float64)
     np.testing.assert_array_equal(got, [[np.nan, np.inf, -np.inf, 1.5]])
+
+
+def test_long_columnar_tensor_reads_exactly(http, rest_url):
+    # About 3 MB of float32s printed as float64s in TF Serving's columnar format: long enough
+    # to be read in pieces on helper threads; every value must come back bit for bit.
+    x = np.random.default_rng(29).standard_normal((4, 40_000)).astype(np.float32)
+    resp = http.post(f"{rest_url}/v1/models/echo_float32:predict",
+                     json={"inputs": {"x": x.tolist()}}, timeout=60)
+    outputs = ok_json(resp)["outputs"]
+    got = np.array(outputs, dtype=np.float32)
+    assert got.shape == x.shape
+    assert np.array_equal(got.view(np.uint32), x.view(np.uint32))
+    # A ragged last row is refused as the one-thread reading refuses it.
+    ragged = x.tolist()
+    ragged[-1] = ragged[-1][:-1]
+    resp = http.post(f"{rest_url}/v1/models/echo_float32:predict",
+                     json={"inputs": {"x": ragged}}, timeout=60)
+    assert resp.status_code == 400, resp.text[:300]

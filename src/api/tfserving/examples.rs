@@ -419,7 +419,7 @@ pub async fn run(
     method: &str,
     outputs: impl FnOnce(&Signature) -> Result<Vec<String>, Error>,
 ) -> Result<PredictionResult, Error> {
-    let limits = *infer.limits();
+    let limits = infer.limits().clone();
     let model = infer
         .resolve_loading(target.model, target.version.clone(), context)
         .await?;
@@ -626,6 +626,7 @@ mod tests {
         let examples = vec![example(&[("n", ints(&[1]))]); 1 << 12];
         let limits = DecodeLimits {
             max_tensor_bytes: 1 << 20,
+            ..DecodeLimits::default()
         };
         let built = Examples::new(examples, example(&[("x", big)]).features)
             .and_then(|e| e.inputs(&regressor(), &limits));

@@ -18,7 +18,7 @@ pub(super) async fn predict(
 ) -> Result<Response<PredictResponse>, Status> {
     let context = request.extensions().get::<Arc<RequestContext>>().cloned();
     let request = request.into_inner();
-    let limits = *grpc.infer.limits();
+    let limits = grpc.infer.limits().clone();
     let PredictRequest {
         model_spec,
         inputs,
