@@ -4,7 +4,8 @@
 //! BatcherHandle::enqueue ─try_send─> bounded channel ─> actor (task.rs)
 //!                                                        │ BatchQueue (policy.rs): when to cut, what to drop
 //!                                                        │ gather (gather.rs): merge inputs along dim 0
-//!                                                        └ spawn_blocking: Backend::run, one batch per instance
+//!                                                        └ spawn_blocking -> the instance's own thread
+//!                                                          (instance_threads.rs): Backend::run
 //! reply <─ oneshot <─ scatter (gather.rs): split outputs by each request's rows
 //! ```
 //!
@@ -22,6 +23,7 @@ mod gather;
 mod handle;
 #[cfg(test)]
 mod inline_tests;
+mod instance_threads;
 mod instances;
 mod policy;
 mod priority;
