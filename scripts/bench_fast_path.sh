@@ -11,7 +11,9 @@
 # kernel shares a loaded machine's cores. The two settings
 # alternate twice (ROUNDS), so that a change in the machine's load shows as a spread.
 #
-# Usage: scripts/bench_fast_path.sh   (after `make bench-build`; DURATION=S WARMUP=S to change)
+# Usage: scripts/bench_fast_path.sh   (after `make bench-build`; DURATION=S WARMUP=S to change;
+#        CLIENT_CPU=0 puts the load generator on the server's CPU, which takes the wake-up of
+#        an idle CPU out of every round trip)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/serve_ports.sh
@@ -20,6 +22,7 @@ BIN=${BIN:-target/release/tensorport}
 DURATION=${DURATION:-5}
 WARMUP=${WARMUP:-1}
 ROUNDS=${ROUNDS:-2}
+CLIENT_CPU=${CLIENT_CPU:-1}
 MODEL=examples/models/ranker/2/model.onnx
 
 # The server's CPU time so far (user + system), in clock ticks.
@@ -28,7 +31,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
 cell() { # label target protocol concurrency
     local before
     before=$(cpu_ticks)
-    taskset -c 1 "$LOADGEN" --target "$2" --protocol "$3" --concurrency "$4" \
+    taskset -c "$CLIENT_CPU" "$LOADGEN" --target "$2" --protocol "$3" --concurrency "$4" \
         --model ranker --input features:16 --duration "$DURATION" --warmup "$WARMUP" \
         --format json --label "$1"
     echo "$1: server CPU $(( $(cpu_ticks) - before )) ticks of 1/$(getconf CLK_TCK) s over warm-up and run" >&2
