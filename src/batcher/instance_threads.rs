@@ -1,32 +1,58 @@
-//! One long-lived thread per instance, on which that instance's batches run.
+//! Long runs on one long-lived thread per instance.
 //!
-//! Batches used to run on whichever thread of tokio's shared blocking pool woke first, and the
-//! kernel often woke it on the CPU where another run was already going: with two instances
-//! of a compute-bound model on two cores, both runs shared one CPU about a quarter of the
-//! time. A thread that only ever runs one instance's batches is woken where it last ran when
-//! that CPU is free, so concurrent runs keep to separate cores (docs/BENCHMARKS.md,
-//! "Instances on threads of their own").
+//! Batches run on tokio's shared blocking pool, on whichever thread wakes first, and the
+//! kernel often wakes it on the CPU where another run is already going: with two instances of
+//! a compute-bound model on two cores, both runs shared one CPU about a quarter of the time.
+//! A thread that only ever runs one instance's batches is woken where it last ran when that
+//! CPU is free, so concurrent runs keep to separate cores (docs/BENCHMARKS.md, "Instances on
+//! threads of their own").
 //!
-//! The batch is still handed to the blocking pool, whose thread passes it on and waits for
-//! it: tokio then counts the run as blocking work, as before, so a paused test clock does not
-//! move while a batch runs and the runtime's shutdown waits for it.
+//! Only runs expected to take at least [`LONG_RUN`], on a process that may use more than one
+//! CPU, go there. The batch still goes to the blocking pool, whose thread passes it on and
+//! waits, so tokio counts the run as blocking work as before (a paused test clock does not
+//! move while it runs, and the runtime's shutdown waits for it); that extra hand-off costs
+//! tens of microseconds, which a run of a millisecond or more hides and a shorter one does
+//! not (measured: 34 to 87 us more per request for runs of 0.1 to 0.3 ms on one core).
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::thread::Result as Caught;
+use std::time::Duration;
+
+/// Runs expected to take at least this long go to their instance's thread.
+pub(super) const LONG_RUN: Duration = Duration::from_millis(1);
 
 type Job = Box<dyn FnOnce() + Send>;
 
-/// The run threads of one model version's batcher, started as instances are first used and
-/// ended when the batcher (and every batch it started) is gone.
-#[derive(Default)]
+/// The run threads of one model version's batcher, started as instances are first given a
+/// long run and ended when the batcher (and every batch it started) is gone.
 pub(super) struct InstanceThreads {
     threads: Vec<Option<mpsc::Sender<Job>>>,
+    /// Whether the process may use more than one CPU: on one, there is nowhere to spread to.
+    spread: bool,
+}
+
+impl Default for InstanceThreads {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        Self::with_cpus(cpus)
+    }
 }
 
 impl InstanceThreads {
-    /// Where `instance`'s batches run: its thread, started on first use.
-    pub(super) fn runner(&mut self, instance: usize) -> RunOn {
+    fn with_cpus(cpus: usize) -> Self {
+        Self {
+            threads: Vec::new(),
+            spread: cpus > 1,
+        }
+    }
+
+    /// Where a batch of `instance` runs: its thread when `long` (the run is expected to take
+    /// at least [`LONG_RUN`]) and there are CPUs to spread over, else the pool thread itself.
+    pub(super) fn runner(&mut self, instance: usize, long: bool) -> RunOn {
+        if !(long && self.spread) {
+            return RunOn { thread: None };
+        }
         if self.threads.len() <= instance {
             self.threads.resize_with(instance + 1, || None);
         }
@@ -106,29 +132,45 @@ mod tests {
 
     #[test]
     fn each_instance_runs_on_its_own_thread_every_time() {
-        let mut threads = InstanceThreads::default();
-        let first = threads.runner(0).run(thread_name);
-        let second = threads.runner(1).run(thread_name);
+        let mut threads = InstanceThreads::with_cpus(2);
+        let first = threads.runner(0, true).run(thread_name);
+        let second = threads.runner(1, true).run(thread_name);
         assert_eq!(first, "tensorport-run-0");
         assert_eq!(second, "tensorport-run-1");
         let ids: Vec<_> = (0..3)
-            .map(|_| threads.runner(1).run(|| std::thread::current().id()))
+            .map(|_| threads.runner(1, true).run(|| std::thread::current().id()))
             .collect();
         assert!(ids.windows(2).all(|pair| pair[0] == pair[1]));
         assert_ne!(ids[0], std::thread::current().id());
     }
 
     #[test]
+    fn short_runs_and_single_cpu_processes_run_where_they_are() {
+        let here = std::thread::current().id();
+        let mut threads = InstanceThreads::with_cpus(2);
+        assert_eq!(
+            threads.runner(0, false).run(|| std::thread::current().id()),
+            here
+        );
+        let mut one_cpu = InstanceThreads::with_cpus(1);
+        assert_eq!(
+            one_cpu.runner(0, true).run(|| std::thread::current().id()),
+            here
+        );
+        assert!(one_cpu.threads.is_empty());
+    }
+
+    #[test]
     fn a_panic_in_a_run_reaches_the_caller_and_the_thread_lives_on() {
-        let mut threads = InstanceThreads::default();
+        let mut threads = InstanceThreads::with_cpus(2);
         let caught = catch_unwind(AssertUnwindSafe(|| {
             threads
-                .runner(0)
+                .runner(0, true)
                 .run(|| -> u32 { std::panic::panic_any("model failed") })
         }));
         let payload = caught.err().and_then(|p| p.downcast::<&str>().ok());
         assert_eq!(payload.as_deref(), Some(&"model failed"));
-        assert_eq!(threads.runner(0).run(|| 7), 7);
+        assert_eq!(threads.runner(0, true).run(thread_name), "tensorport-run-0");
     }
 
     #[test]
@@ -143,10 +185,10 @@ mod tests {
         thread_local!(static EXIT: std::cell::RefCell<Option<OnExit>> = const {
             std::cell::RefCell::new(None)
         });
-        let mut threads = InstanceThreads::default();
+        let mut threads = InstanceThreads::with_cpus(2);
         let (tell, told) = mpsc::channel();
         threads
-            .runner(0)
+            .runner(0, true)
             .run(move || EXIT.with(|exit| *exit.borrow_mut() = Some(OnExit(tell))));
         assert_eq!(told.try_recv(), Err(mpsc::TryRecvError::Empty));
         drop(threads);
@@ -155,8 +197,8 @@ mod tests {
 
     #[tokio::test]
     async fn runs_see_the_runtime_that_started_their_thread() {
-        let mut threads = InstanceThreads::default();
-        let runner = threads.runner(0);
+        let mut threads = InstanceThreads::with_cpus(2);
+        let runner = threads.runner(0, true);
         let inside = tokio::task::spawn_blocking(move || {
             runner.run(|| tokio::runtime::Handle::try_current().is_ok())
         })

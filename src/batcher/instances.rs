@@ -108,6 +108,15 @@ impl Instances {
         }
     }
 
+    /// Whether a run of `rows` rows is expected to take at least `bound`; `false` for a
+    /// version not yet measured.
+    pub(super) fn runs_at_least(&self, rows: u64, bound: Duration) -> bool {
+        self.state()
+            .estimate
+            .predict(rows)
+            .is_some_and(|took| took >= bound)
+    }
+
     /// Folds a run of `rows` rows that took `took` into the run-time estimate.
     pub(super) fn record(&self, took: Duration, rows: u64) {
         self.state().estimate.record(took, rows);
@@ -153,6 +162,16 @@ mod tests {
         let estimate = RunEstimate::default();
         assert_eq!(estimate.predict(1), None);
         assert!(!estimate.within(1, Duration::MAX));
+    }
+
+    #[test]
+    fn long_runs_are_told_from_the_estimate_and_unmeasured_ones_are_not_long() {
+        let instances = Instances::new(2);
+        assert!(!instances.runs_at_least(1, Duration::ZERO));
+        instances.record(2000 * US, 32);
+        assert!(instances.runs_at_least(32, 2000 * US));
+        assert!(!instances.runs_at_least(32, 2001 * US));
+        assert!(instances.runs_at_least(64, 4000 * US));
     }
 
     #[test]

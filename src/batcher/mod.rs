@@ -4,8 +4,8 @@
 //! BatcherHandle::enqueue ─try_send─> bounded channel ─> actor (task.rs)
 //!                                                        │ BatchQueue (policy.rs): when to cut, what to drop
 //!                                                        │ gather (gather.rs): merge inputs along dim 0
-//!                                                        └ spawn_blocking -> the instance's own thread
-//!                                                          (instance_threads.rs): Backend::run
+//!                                                        └ spawn_blocking (long runs: -> the instance's
+//!                                                          own thread, instance_threads.rs): Backend::run
 //! reply <─ oneshot <─ scatter (gather.rs): split outputs by each request's rows
 //! ```
 //!

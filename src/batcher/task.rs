@@ -1,8 +1,8 @@
 //! The actor: a thin async shell around [`BatchQueue`] that owns the model version's backend.
 //!
 //! One task per model version receives requests from a bounded channel, asks the queue what to
-//! do, and runs at most one batch per instance at a time, each on its instance's thread
-//! (instance_threads.rs, reached through the blocking pool). Requests
+//! do, and runs at most one batch per instance at a time, each on a blocking thread (long
+//! runs on their instance's own thread, see instance_threads.rs). Requests
 //! that arrive while every instance is busy wait and form the next batch, which is when
 //! batching pays. Instances are taken from [`Instances`](super::instances::Instances), which requests that run inline
 //! (see handle.rs) share, so that an instance runs one thing at a time whoever started it.
@@ -20,7 +20,7 @@ use super::channel::{release, Message, Reply};
 use super::execute::{answers, panicked, Outcome, Run};
 use super::gather::{batch_key, BatchKey};
 use super::handle::BatcherHandle;
-use super::instance_threads::InstanceThreads;
+use super::instance_threads::{InstanceThreads, LONG_RUN};
 use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::request::Parts;
 use super::runner::{Execution, Runner};
@@ -291,7 +291,7 @@ impl Batcher {
         });
     }
 
-    /// Hands `batch` to `instance`'s thread, which the caller has taken; its
+    /// Hands `batch` to a blocking thread on `instance`, which the caller has taken; its
     /// requests stop counting as queued.
     fn start(&self, running: &mut Running, instance: usize, batch: Vec<Queued<BatchKey, Waiting>>) {
         self.release(batch.len());
@@ -324,7 +324,8 @@ impl Batcher {
         }
         let inferences = requests.iter().map(|inputs| inferences(inputs)).sum();
         let runner = self.runner.clone();
-        let run_on = running.threads.runner(instance);
+        let long = self.runner.instances.runs_at_least(inferences, LONG_RUN);
+        let run_on = running.threads.runner(instance, long);
         let task = running.tasks.spawn_blocking(move || {
             run_on.run(move || {
                 span.in_scope(|| {
