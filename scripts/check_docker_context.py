@@ -83,6 +83,12 @@ def check(dockerfile_path: Path) -> list[str]:
     dockerignore = REPO / ".dockerignore"
     patterns = [line.strip() for line in dockerignore.read_text().splitlines()
                 if line.strip() and not line.startswith("#")] if dockerignore.exists() else []
+    # The copied workspace is resolved offline, from cargo's local registry cache; on a fresh
+    # machine that cache is empty until the lockfile's crates are fetched once.
+    fetch = subprocess.run(["cargo", "fetch", "--locked"], cwd=REPO, capture_output=True, text=True,
+                           check=False)
+    if fetch.returncode != 0:
+        return [f"cargo cannot fetch the crates Cargo.lock names:\n{fetch.stderr.strip()}"]
     with tempfile.TemporaryDirectory(prefix="tensorport-docker-context-") as tmp:
         root = Path(tmp)
         copy_context(context_sources(dockerfile_path.read_text()), root, patterns)
