@@ -78,7 +78,8 @@ impl Received {
         budget: &ReceiveBudget,
     ) -> Result<Self, ReadError> {
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
-        let mut frames = VecDeque::new();
+        let mut data = Gathered::default();
+        let mut trailers = VecDeque::new();
         let mut buffered: u64 = 0;
         let mut held: Option<OwnedSemaphorePermit> = None;
         let mut rest = None;
@@ -87,21 +88,26 @@ impl Received {
             let Some(frame) = next else {
                 break;
             };
-            let frame = frame?;
-            if let Some(data) = frame.data_ref() {
-                buffered = buffered.saturating_add(u64::try_from(data.len()).unwrap_or(u64::MAX));
-                let share = budget.take(data.len()).await;
-                match (&mut held, share) {
-                    (Some(held), Some(share)) => held.merge(share),
-                    (held, share) => *held = held.take().or(share),
+            match frame?.into_data() {
+                Ok(chunk) => {
+                    buffered =
+                        buffered.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
+                    let share = budget.take(chunk.len()).await;
+                    match (&mut held, share) {
+                        (Some(held), Some(share)) => held.merge(share),
+                        (held, share) => *held = held.take().or(share),
+                    }
+                    data.push(chunk);
                 }
+                Err(other) => trailers.push_back(other),
             }
-            frames.push_back(frame);
         }
         if buffered > limit {
             rest = Some(body);
-        } else {
-            frames = coalesce(frames, buffered);
+        }
+        let mut frames = trailers;
+        if let Some(joined) = data.into_bytes() {
+            frames.push_front(Frame::data(joined));
         }
         Ok(Self {
             frames,
@@ -125,25 +131,45 @@ impl Received {
     }
 }
 
-/// The data frames of a body read in full, joined into one (trailers kept after it), so that
-/// it can be scanned before it is decoded. The decoders would join them anyway (axum's body
-/// collection and tonic's message buffer both copy frames into one buffer, and both take a
-/// single frame as it is), so this moves the copy rather than adding one.
-fn coalesce(frames: VecDeque<Frame<Bytes>>, buffered: u64) -> VecDeque<Frame<Bytes>> {
-    let data_frames = frames.iter().filter(|frame| frame.is_data()).count();
-    if data_frames <= 1 {
-        return frames;
+/// The data of a body as it is read, in one piece so that it can be scanned before it is
+/// decoded (the decoders would join the frames anyway: axum's body collection and tonic's
+/// message buffer both copy frames into one buffer, and both take a single frame as it is).
+/// A body that came in one frame keeps it; from the second frame on, each is copied into one
+/// buffer as it arrives and released at once, so the body is never held twice and hyper
+/// reuses its read buffer instead of allocating a fresh one per frame.
+#[derive(Default)]
+enum Gathered {
+    #[default]
+    Nothing,
+    One(Bytes),
+    Joined(Vec<u8>),
+}
+
+impl Gathered {
+    fn push(&mut self, chunk: Bytes) {
+        *self = match std::mem::take(self) {
+            Gathered::Nothing => Gathered::One(chunk),
+            Gathered::One(first) => {
+                // Sized by what has arrived, never by what the client announced.
+                let mut joined = Vec::with_capacity(first.len().saturating_add(chunk.len()));
+                joined.extend_from_slice(&first);
+                joined.extend_from_slice(&chunk);
+                Gathered::Joined(joined)
+            }
+            Gathered::Joined(mut joined) => {
+                joined.extend_from_slice(&chunk);
+                Gathered::Joined(joined)
+            }
+        };
     }
-    let mut joined = bytes::BytesMut::with_capacity(usize::try_from(buffered).unwrap_or(0));
-    let mut rest = VecDeque::new();
-    for frame in frames {
-        match frame.into_data() {
-            Ok(data) => joined.extend_from_slice(&data),
-            Err(other) => rest.push_back(other),
+
+    fn into_bytes(self) -> Option<Bytes> {
+        match self {
+            Gathered::Nothing => None,
+            Gathered::One(only) => Some(only),
+            Gathered::Joined(joined) => Some(Bytes::from(joined)),
         }
     }
-    rest.push_front(Frame::data(joined.freeze()));
-    rest
 }
 
 impl Body for Received {
@@ -191,6 +217,26 @@ impl Body for Received {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn gathered(chunks: &[&'static [u8]]) -> Option<Bytes> {
+        let mut data = Gathered::default();
+        for chunk in chunks {
+            data.push(Bytes::from_static(chunk));
+        }
+        data.into_bytes()
+    }
+
+    #[test]
+    fn frames_are_joined_in_order_and_a_single_frame_is_kept_as_it_came() {
+        assert_eq!(gathered(&[]), None);
+        let only: &'static [u8] = b"{\"inputs\": []}";
+        let kept = gathered(&[only]).unwrap();
+        assert_eq!(kept.as_ptr(), only.as_ptr(), "one frame is not copied");
+        assert_eq!(
+            gathered(&[b"{\"in", b"", b"puts\": ", b"[]}"]).as_deref(),
+            Some(&b"{\"inputs\": []}"[..])
+        );
+    }
 
     #[tokio::test]
     async fn a_body_that_would_go_over_the_budget_waits_until_another_is_done() {
