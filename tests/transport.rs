@@ -167,6 +167,42 @@ async fn a_body_announced_over_the_limit_is_refused_without_being_waited_for() -
     Ok(())
 }
 
+/// A body sent in one-byte chunks is charged what it holds. Charged a KiB per chunk, as it
+/// once was, this 64 KiB body took 64 MiB of a 2 MiB receive budget and waited until its
+/// read timed out, although a body of the largest allowed size must always fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_in_one_byte_chunks_is_charged_its_size() -> TestResult {
+    let options = ServerOptions {
+        max_request_bytes: 1 << 20,
+        transport: TransportSettings {
+            max_receiving_bytes: 0,
+            ..TransportSettings::default()
+        },
+        ..ServerOptions::default()
+    };
+    let server = TestServer::start_with(MODELS, BatchSettings::default(), options).await;
+    let mut stream = TcpStream::connect(host(&server.rest_url)).await?;
+    let json = br#"{"inputs": [{"name": "features", "shape": [1, 16], "datatype": "FP32",
+        "data": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]}]"#;
+    let mut body = json.to_vec();
+    body.resize(64 * 1024 - 1, b' ');
+    body.push(b'}');
+    let mut wire = b"POST /v2/models/ranker/infer HTTP/1.1\r\nhost: x\r\n\
+        content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        .to_vec();
+    for byte in body {
+        wire.extend_from_slice(b"1\r\n");
+        wire.push(byte);
+        wire.extend_from_slice(b"\r\n");
+    }
+    wire.extend_from_slice(b"0\r\n\r\n");
+    stream.write_all(&wire).await?;
+    let head = read_head(&mut stream).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    server.stop().await;
+    Ok(())
+}
+
 /// A gRPC call with `message` as its one length-prefixed message, over a raw HTTP/2 client.
 fn grpc_request(server: &TestServer, method: &str) -> http::Request<()> {
     http::Request::post(format!(

@@ -33,13 +33,19 @@ impl ReceiveBudget {
         }
     }
 
-    /// Waits until `bytes` fit; the memory is given back when the permit is dropped.
-    async fn take(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let kib = u32::try_from(bytes.div_ceil(1024))
-            .unwrap_or(u32::MAX)
-            .min(self.total_kib);
+    /// Waits until `kib` KiB fit; the memory is given back when the permit is dropped.
+    async fn take(&self, kib: u64) -> Option<OwnedSemaphorePermit> {
+        let kib = u32::try_from(kib).unwrap_or(u32::MAX).min(self.total_kib);
         self.kib.clone().acquire_many_owned(kib).await.ok()
     }
+}
+
+/// The KiB a body holds once it has grown from `before` to `after` bytes, less those it held
+/// already. A body is charged by its whole size so far, not frame by frame: rounding each
+/// frame up to a KiB charged a body sent in one-byte chunks a thousand times its size, and
+/// one of the largest allowed then never fitted.
+fn kib_added(before: u64, after: u64) -> u64 {
+    after.div_ceil(1024).saturating_sub(before.div_ceil(1024))
 }
 
 /// A request body as the application sees it: the frames already received, then (for a
@@ -90,12 +96,16 @@ impl Received {
             };
             match frame?.into_data() {
                 Ok(chunk) => {
+                    let before = buffered;
                     buffered =
                         buffered.saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
-                    let share = budget.take(chunk.len()).await;
-                    match (&mut held, share) {
-                        (Some(held), Some(share)) => held.merge(share),
-                        (held, share) => *held = held.take().or(share),
+                    let added = kib_added(before, buffered);
+                    if added > 0 {
+                        let share = budget.take(added).await;
+                        match (&mut held, share) {
+                            (Some(held), Some(share)) => held.merge(share),
+                            (held, share) => *held = held.take().or(share),
+                        }
                     }
                     data.push(chunk);
                 }
@@ -242,8 +252,8 @@ mod tests {
     async fn a_body_that_would_go_over_the_budget_waits_until_another_is_done() {
         // Room for one 1 MiB body and 1 MiB more.
         let budget = ReceiveBudget::new(0, 1 << 20);
-        let first = budget.take(1 << 20).await;
-        let second = budget.take(1 << 20).await;
+        let first = budget.take(1024).await;
+        let second = budget.take(1024).await;
         assert!(first.is_some() && second.is_some());
         let waiting = budget.take(1);
         tokio::pin!(waiting);
@@ -252,11 +262,23 @@ mod tests {
         assert!(waiting.await.is_some());
     }
 
+    #[test]
+    fn a_body_is_charged_by_its_size_not_by_its_frames() {
+        // One byte at a time, 4 KiB costs 4 KiB.
+        let charged: u64 = (0..4096).map(|len| kib_added(len, len + 1)).sum();
+        assert_eq!(charged, 4);
+        assert_eq!(kib_added(0, 1), 1);
+        assert_eq!(kib_added(1, 1024), 0);
+        assert_eq!(kib_added(1024, 1025), 1);
+        assert_eq!(kib_added(0, 0), 0);
+        assert_eq!(kib_added(u64::MAX - 1, u64::MAX), 0);
+    }
+
     #[tokio::test]
     async fn one_largest_body_always_fits_and_no_frame_waits_forever() {
         let budget = ReceiveBudget::new(1024, 64 << 20);
         assert!(budget.total_kib as usize >= (64 << 20) / 1024);
         // A frame larger than the whole budget takes all of it rather than never fitting.
-        assert!(budget.take(usize::MAX).await.is_some());
+        assert!(budget.take(u64::MAX).await.is_some());
     }
 }
