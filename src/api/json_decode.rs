@@ -91,10 +91,23 @@ pub fn decode_value(
     dtype: DataType,
     limits: &DecodeLimits,
 ) -> Result<Tensor, DecodeError> {
-    match scan_rows(&[json], false, dtype, limits) {
+    match scan_rows(&[json.get()], false, dtype, limits) {
         Some(tensor) => Ok(tensor),
         None => walk_value(json, dtype, limits),
     }
+}
+
+/// [`decode_value`] of text no parser has checked (a list lifted out of a body) by the number
+/// scanner alone: `None` when the scanner does not take it; the caller then decodes the
+/// original body the general way, which words any error.
+pub fn scan_value_text(text: &str, dtype: DataType, limits: &DecodeLimits) -> Option<Tensor> {
+    scan_rows(&[text], false, dtype, limits)
+}
+
+/// [`decode_rows`] of rows some of which no parser has checked, by the number scanner alone,
+/// as [`scan_value_text`].
+pub fn scan_rows_text(rows: &[&str], dtype: DataType, limits: &DecodeLimits) -> Option<Tensor> {
+    scan_rows(rows, true, dtype, limits)
 }
 
 /// [`decode_value`] through serde's visitor alone.
@@ -115,7 +128,8 @@ pub fn decode_rows(
     dtype: DataType,
     limits: &DecodeLimits,
 ) -> Result<Tensor, DecodeError> {
-    match scan_rows(rows, true, dtype, limits) {
+    let texts: Vec<&str> = rows.iter().map(|row| row.get()).collect();
+    match scan_rows(&texts, true, dtype, limits) {
         Some(tensor) => Ok(tensor),
         None => walk_rows(rows, dtype, limits),
     }
@@ -142,12 +156,12 @@ fn walk_rows(
 /// `None` for anything else, including what the general walk would refuse, which then words
 /// the error.
 fn scan_rows(
-    rows: &[&RawValue],
+    rows: &[&str],
     stacked: bool,
     dtype: DataType,
     limits: &DecodeLimits,
 ) -> Option<Tensor> {
-    let row_shape = json_shape::rectangular(rows.first()?.get())?;
+    let row_shape = json_shape::rectangular(rows.first()?)?;
     let shape: Vec<usize> = if stacked {
         std::iter::once(rows.len())
             .chain(row_shape.iter().copied())
@@ -159,7 +173,7 @@ fn scan_rows(
     let per_row = element_count(&row_shape).ok()?;
     // Only the first row's shape is known yet: the text of all rows, not that shape times
     // the number of rows, bounds what is reserved (every element takes at least two bytes).
-    let text_len: usize = rows.iter().map(|row| row.get().len()).sum();
+    let text_len: usize = rows.iter().map(|row| row.len()).sum();
     let mut values = Values::with_capacity(dtype, count.min(text_len / 2 + 1));
     // A whole tensor in one text (TF Serving's columnar format) may be read in pieces on
     // helper threads; the rows of the row format are each too short to be worth it.
@@ -168,8 +182,7 @@ fn scan_rows(
         [_] => &limits.scan_helpers,
         _ => &no_helpers,
     };
-    for (index, row) in rows.iter().enumerate() {
-        let text = row.get();
+    for (index, &text) in rows.iter().enumerate() {
         if index > 0 && json_shape::rectangular(text)? != row_shape {
             return None;
         }
@@ -504,13 +517,13 @@ mod tests {
             for first in texts {
                 for second in texts {
                     let (a, b) = (raw(first), raw(second));
-                    if let Some(fast) = scan_rows(&[&a, &b], true, dtype, &limits()) {
+                    if let Some(fast) = scan_rows(&[a.get(), b.get()], true, dtype, &limits()) {
                         let slow = walk_rows(&[&a, &b], dtype, &limits());
                         assert_eq!(Ok(fast), slow, "{dtype} {first} {second}");
                     }
                 }
                 let a = raw(first);
-                if let Some(fast) = scan_rows(&[&a], false, dtype, &limits()) {
+                if let Some(fast) = scan_rows(&[a.get()], false, dtype, &limits()) {
                     assert_eq!(
                         Ok(fast),
                         walk_value(&a, dtype, &limits()),
@@ -523,12 +536,12 @@ mod tests {
         // within the limits) are refused as ragged, having reserved no more than their text.
         let wide = raw(&format!("[{}]", vec!["1"; 1000].join(",")));
         let narrow = raw("[1]");
-        let mut rows: Vec<&RawValue> = vec![&wide];
-        rows.extend(std::iter::repeat_n(&*narrow, 10_000));
+        let mut rows: Vec<&str> = vec![wide.get()];
+        rows.extend(std::iter::repeat_n(narrow.get(), 10_000));
         assert!(scan_rows(&rows, true, DataType::F32, &limits()).is_none());
         // The usual case does take the fast path.
         let row = raw("[0.25, 0.5, 0.75]");
-        assert!(scan_rows(&[&row, &row], true, DataType::F32, &limits()).is_some());
+        assert!(scan_rows(&[row.get(), row.get()], true, DataType::F32, &limits()).is_some());
     }
 
     #[test]

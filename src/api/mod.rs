@@ -7,6 +7,7 @@ pub mod health;
 pub mod heavy;
 pub mod json_body;
 pub mod json_decode;
+mod json_lift;
 mod json_number;
 #[cfg(test)]
 mod json_round_trip;

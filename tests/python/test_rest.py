@@ -325,3 +325,27 @@ def test_long_columnar_tensor_reads_exactly(http, rest_url):
     resp = http.post(f"{rest_url}/v1/models/echo_float32:predict",
                      json={"inputs": {"x": ragged}}, timeout=60)
     assert resp.status_code == 400, resp.text[:300]
+
+
+def test_long_tensor_lists_are_refused_as_short_ones_are(http, rest_url):
+    # Large lists of numbers are lifted out of the body before its envelope is parsed; a
+    # body that route cannot take to the end is read the general way, so a broken number or
+    # a wrong name inside or beside a long list gets the general route's exact error.
+    row = ", ".join(f"{i % 97}.5" for i in range(3000))
+    url = f"{rest_url}/v1/models/echo_float32:predict"
+    for layout in ('{"inputs": {"x": [[ROW]]}}', '{"inputs": [[ROW]]}',
+                   '{"instances": [[ROW], [ROW]]}', '{"instances": [{"x": [ROW]}, {"x": [ROW]}]}'):
+        good = layout.replace("ROW", row)
+        resp = http.post(url, data=good, headers={"Content-Type": "application/json"}, timeout=60)
+        assert resp.status_code == 200, resp.text[:300]
+        # "1.2.3" where serde stops at the second dot: the message names that column.
+        bad = layout.replace("ROW", row + ", 1.2.3", 1).replace("ROW", row)
+        column = bad.index("1.2.3") + len("1.2") + 1
+        resp = http.post(url, data=bad, headers={"Content-Type": "application/json"}, timeout=60)
+        assert resp.status_code == 400, resp.text[:300]
+        assert f"column {column}" in resp.json()["error"], resp.text[:300]
+    # A valid long list under a name the signature lacks: the name is what is wrong.
+    resp = http.post(url, data='{"inputs": {"nope": [[ROW]]}}'.replace("ROW", row),
+                     headers={"Content-Type": "application/json"}, timeout=60)
+    assert resp.status_code == 400, resp.text[:300]
+    assert "nope" in resp.json()["error"], resp.text[:300]
