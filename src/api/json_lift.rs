@@ -39,6 +39,11 @@ impl<'a> Lifted<'a> {
         self.lists.len()
     }
 
+    /// The `index`th lifted list, in the body's order.
+    pub fn list_at(&self, index: usize) -> Option<&'a str> {
+        self.lists.get(index).map(|&(_, list)| list)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.lists.is_empty()
     }
@@ -167,6 +172,11 @@ impl Cursor<'_> {
         self.spans.push((self.at, end));
         self.at = end;
         Some(())
+    }
+
+    /// How many lists have been lifted so far.
+    pub fn lifted_count(&self) -> usize {
+        self.spans.len()
     }
 
     /// Lifts the value at the cursor if it is a large list of numbers, and otherwise steps

@@ -349,3 +349,20 @@ def test_long_tensor_lists_are_refused_as_short_ones_are(http, rest_url):
                      headers={"Content-Type": "application/json"}, timeout=60)
     assert resp.status_code == 400, resp.text[:300]
     assert "nope" in resp.json()["error"], resp.text[:300]
+
+
+def test_many_short_instances_read_exactly(http, rest_url):
+    # Rows of numbers only, long enough together, are read as one tensor (the rows stacked);
+    # every value must come back bit for bit, and a ragged row is still refused.
+    x = np.random.default_rng(31).standard_normal((500, 16)).astype(np.float32)
+    url = f"{rest_url}/v1/models/echo_float32:predict"
+    resp = http.post(url, json={"instances": x.tolist()}, timeout=60)
+    got = np.array(ok_json(resp)["predictions"], dtype=np.float32)
+    assert got.shape == x.shape
+    assert np.array_equal(got.view(np.uint32), x.view(np.uint32))
+    ragged = x.tolist()
+    ragged[250] = ragged[250][:-1]
+    resp = http.post(url, json={"instances": ragged}, timeout=60)
+    assert resp.status_code == 400, resp.text[:300]
+    assert resp.json()["error"] == ("input 'x': the JSON arrays are ragged or nested unevenly: every list "
+                                    "must have the same length at each depth (expected shape [_, 16])")

@@ -6,7 +6,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::predict_body::{Instances, PredictBody};
-use super::predict_lift::{self, Lifted};
+use super::predict_lift::{self, Lifted, PredictLift};
 use super::rest_path::{version_selector, VersionRef};
 use crate::api::heavy::{json_text_estimate, run_heavy};
 use crate::api::json_body::{self, RawObject};
@@ -26,6 +26,9 @@ enum Layout<'b> {
     Rows(Vec<&'b RawValue>),
     /// `"inputs"`: whole tensors.
     Columns(&'b RawValue),
+    /// `"instances"` lifted whole: bare rows of numbers in one list, which read as one tensor
+    /// are the rows stacked.
+    WholeRows(&'b str),
 }
 
 pub(super) async fn predict(
@@ -54,7 +57,10 @@ pub(super) async fn predict(
     let lifted = run_heavy(body.len(), || predict_lift::lift(body));
     let mut prepared = None;
     if let Some(lifted) = &lifted {
-        match request.prepare(lifted.envelope(), Some(lifted)).await {
+        match request
+            .prepare(lifted.lifted.envelope(), Some(lifted))
+            .await
+        {
             Ok(done) => prepared = Some(done),
             Err(Failure::Lifted) => {}
             Err(Failure::Request(err)) => return Err(err),
@@ -113,7 +119,7 @@ impl Request<'_> {
     async fn prepare(
         &self,
         body: &[u8],
-        lifted: Option<&Lifted<'_>>,
+        lifted: Option<&PredictLift<'_>>,
     ) -> Result<(Prepared, bool), Failure> {
         let on_lifted = |err: Error| match lifted {
             Some(_) => Failure::Lifted,
@@ -142,8 +148,12 @@ impl Request<'_> {
         let layout = match (fields.instances, fields.inputs) {
             (Some(_), Some(_)) => Err(PredictBodyError::BothLayouts),
             (Some(Instances::NotAList), None) => Err(PredictBodyError::InstancesNotArray),
+            // The placeholder of a lifted `instances` reads as an empty list.
             (Some(Instances::List(rows)), None) if rows.is_empty() => {
-                Err(PredictBodyError::NoInstances)
+                match lifted.and_then(|lifted| lifted.instances) {
+                    Some(whole) => Ok(Layout::WholeRows(whole)),
+                    None => Err(PredictBodyError::NoInstances),
+                }
             }
             (Some(Instances::List(rows)), None) => Ok(Layout::Rows(rows)),
             (None, Some(columns)) => Ok(Layout::Columns(columns)),
@@ -156,8 +166,10 @@ impl Request<'_> {
             version: version_selector(self.version).map_err(Failure::Request)?,
             signature: &signature_name,
         };
-        let row_format = matches!(layout, Layout::Rows(_));
-        let texts = Texts { lifted };
+        let row_format = matches!(layout, Layout::Rows(_) | Layout::WholeRows(_));
+        let texts = Texts {
+            lifted: lifted.map(|lifted| &lifted.lifted),
+        };
         // Set when decoding fails on the lifted route, to tell that apart from the
         // repository's own answers (unknown model, a load that timed out), which stand.
         let mut decoding_failed = false;
@@ -166,6 +178,7 @@ impl Request<'_> {
             .prepare(target, self.context, |sig| {
                 let inputs = run_heavy(body.len(), || match &layout {
                     Layout::Rows(rows) => row_inputs(sig, rows, self.infer, &texts),
+                    Layout::WholeRows(whole) => whole_row_inputs(sig, whole, self.infer),
                     Layout::Columns(columns) => column_inputs(sig, columns, self.infer, &texts),
                 })
                 .inspect_err(|_| decoding_failed = true)?;
@@ -319,6 +332,27 @@ fn row_inputs(
         inputs.push((spec.name.clone(), tensor));
     }
     Ok(inputs)
+}
+
+/// The one input of a signature from `instances` lifted whole: read by the scanner alone (its
+/// shape is the rows stacked), and on the lifted route only, so any failure is handed back to
+/// the general route.
+fn whole_row_inputs(
+    sig: &Signature,
+    whole: &str,
+    infer: &InferService,
+) -> Result<Vec<NamedTensor>, Error> {
+    let [spec] = sig.inputs.as_slice() else {
+        return Err(PredictBodyError::InstancesNotNamed {
+            count: sig.inputs.len(),
+            names: sig.input_names(),
+        }
+        .into());
+    };
+    let tensor = scan_value_text(whole, spec.dtype, infer.limits())
+        .ok_or_else(not_scanned)
+        .map_err(|e| e.in_input(&spec.name))?;
+    Ok(vec![(spec.name.clone(), tensor)])
 }
 
 fn column_inputs(
