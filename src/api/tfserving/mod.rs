@@ -11,6 +11,7 @@ mod grpc_model_service;
 mod grpc_predict;
 pub mod multi_inference;
 mod predict_body;
+mod predict_inputs;
 mod predict_lift;
 pub mod regress;
 pub mod rest;
