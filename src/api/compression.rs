@@ -6,16 +6,19 @@
 //! deflated on the blocking pool, so that one of them does not stall the requests that share
 //! its runtime worker.
 
+use std::convert::Infallible;
 use std::io::Read;
+use std::task::{Context, Poll};
 
 use axum::body::{to_bytes, Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use futures::future::{BoxFuture, Either};
+use tower::{Layer, Service};
 
 use super::rest_util::RestError;
 
@@ -39,18 +42,72 @@ async fn off_runtime_if_large<T: Send + 'static>(
     tokio::task::spawn_blocking(work).await.ok()
 }
 
-/// The middleware: `limit` is `--max-request-bytes`.
-pub async fn gzip(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    let accepts_gzip = accepts_gzip(request.headers());
-    let request = match inflate_request(request, limit).await {
-        Ok(request) => request,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let response = next.run(request).await;
-    if accepts_gzip {
-        deflate_response(response).await
-    } else {
-        response
+/// The layer, applied around the whole HTTP router: `limit` is `--max-request-bytes`.
+#[derive(Clone, Copy, Debug)]
+pub struct GzipLayer {
+    limit: usize,
+}
+
+impl GzipLayer {
+    pub fn new(limit: usize) -> Self {
+        Self { limit }
+    }
+}
+
+impl<S> Layer<S> for GzipLayer {
+    type Service = Gzip<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Gzip {
+            inner,
+            limit: self.limit,
+        }
+    }
+}
+
+/// The service [`GzipLayer`] makes.
+#[derive(Clone, Debug)]
+pub struct Gzip<S> {
+    inner: S,
+    limit: usize,
+}
+
+impl<S> Service<Request> for Gzip<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<S::Future, BoxFuture<'static, Result<Response, Infallible>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let accepts_gzip = accepts_gzip(request.headers());
+        // Most requests neither send nor accept gzip: they go straight through, with no
+        // future of their own to allocate.
+        if !accepts_gzip && !request.headers().contains_key(header::CONTENT_ENCODING) {
+            return Either::Left(self.inner.call(request));
+        }
+        // The service that was made ready takes this request; a clone takes its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let limit = self.limit;
+        Either::Right(Box::pin(async move {
+            let request = match inflate_request(request, limit).await {
+                Ok(request) => request,
+                Err(refusal) => return Ok(refusal.into_response()),
+            };
+            let response = inner.call(request).await?;
+            Ok(if accepts_gzip {
+                deflate_response(response).await
+            } else {
+                response
+            })
+        }))
     }
 }
 

@@ -34,6 +34,7 @@ mod wire;
 
 pub use accept::Backoff;
 pub use body::{ReceiveBudget, Received};
+pub use connection::App;
 pub use tls::{Tls, TlsError, TlsFiles};
 pub use wire::{Grpc, Http, Wire};
 

@@ -1,11 +1,13 @@
 //! KServe v2 HTTP inference: `POST /v2/models/{name}[/versions/{version}]/infer`, with
 //! Triton's binary tensor data extension. The JSON body is decoded in `infer_json`.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 
@@ -29,11 +31,11 @@ pub(super) async fn infer_latest(
     Path(name): Path<String>,
     context: Option<Extension<Arc<RequestContext>>>,
     connection: Connection,
-    headers: HeaderMap,
+    JsonLength(json_length): JsonLength,
     body: Bytes,
 ) -> Reply {
     let peer = connection_peer(connection);
-    run_infer(&s, name, String::new(), context, peer, &headers, body).await
+    run_infer(&s, name, String::new(), context, peer, json_length, body).await
 }
 
 pub(super) async fn infer_version(
@@ -41,11 +43,11 @@ pub(super) async fn infer_version(
     Path((name, version)): Path<(String, String)>,
     context: Option<Extension<Arc<RequestContext>>>,
     connection: Connection,
-    headers: HeaderMap,
+    JsonLength(json_length): JsonLength,
     body: Bytes,
 ) -> Reply {
     let peer = connection_peer(connection);
-    run_infer(&s, name, version, context, peer, &headers, body).await
+    run_infer(&s, name, version, context, peer, json_length, body).await
 }
 
 pub(super) async fn run_infer(
@@ -54,10 +56,10 @@ pub(super) async fn run_infer(
     version: String,
     context: Option<Extension<Arc<RequestContext>>>,
     peer: Peer,
-    headers: &HeaderMap,
+    json_length: Option<HeaderValue>,
     body: Bytes,
 ) -> Reply {
-    let (header, binary) = split_body(headers, body)?;
+    let (header, binary) = split_body(json_length.as_ref(), body)?;
     let decoded = InferRequest {
         model,
         version,
@@ -80,9 +82,37 @@ pub(super) async fn run_infer(
     })?)
 }
 
-/// Splits a binary-extension body at `Inference-Header-Content-Length`.
-pub(super) fn split_body(headers: &HeaderMap, body: Bytes) -> Result<(Bytes, Bytes), Error> {
-    let Some(value) = headers.get(HEADER_LENGTH) else {
+/// A shape as a JSON list, `[2,16]`.
+fn write_shape(json: &mut Vec<u8>, shape: &[usize]) {
+    json.push(b'[');
+    let mut digits = itoa::Buffer::new();
+    for (i, dim) in shape.iter().enumerate() {
+        if i > 0 {
+            json.push(b',');
+        }
+        json.extend_from_slice(digits.format(*dim).as_bytes());
+    }
+    json.push(b']');
+}
+
+/// The binary extension's `Inference-Header-Content-Length`, the one header infer reads
+/// (taken alone: a `HeaderMap` argument would copy every header of every request).
+pub(super) struct JsonLength(Option<HeaderValue>);
+
+impl<S: Send + Sync> FromRequestParts<S> for JsonLength {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(Self(parts.headers.get(HEADER_LENGTH).cloned()))
+    }
+}
+
+/// Splits a binary-extension body at `Inference-Header-Content-Length` (`json_length`).
+pub(super) fn split_body(
+    json_length: Option<&HeaderValue>,
+    body: Bytes,
+) -> Result<(Bytes, Bytes), Error> {
+    let Some(value) = json_length else {
         return Ok((body, Bytes::new()));
     };
     let length = value
@@ -122,17 +152,13 @@ pub(super) fn encode_response(response: &InferResponse) -> Result<Response, Erro
         json.extend_from_slice(b",\"datatype\":\"");
         json.extend_from_slice(codec::datatype_name(output.tensor.dtype()).as_bytes());
         json.extend_from_slice(b"\",\"shape\":");
-        json.extend_from_slice(
-            serde_json::to_string(output.tensor.shape())
-                .unwrap_or_default()
-                .as_bytes(),
-        );
+        write_shape(&mut json, output.tensor.shape());
         if output.shm.is_some() {
             // Shared-memory outputs carry no data and, as clients expect, no parameters.
         } else if output.binary {
             let raw = codec::to_raw(&output.tensor);
             json.extend_from_slice(b",\"parameters\":{\"binary_data_size\":");
-            json.extend_from_slice(raw.len().to_string().as_bytes());
+            json.extend_from_slice(itoa::Buffer::new().format(raw.len()).as_bytes());
             json.push(b'}');
             blobs.push(raw);
         } else {

@@ -1,6 +1,8 @@
 //! The KServe v2 JSON infer request: the envelope (`infer_body`) turned into an
 //! [`InferRequest`], each input's `data` decoded straight into its tensor.
 
+use std::borrow::Cow;
+
 use axum::body::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -10,7 +12,7 @@ use super::infer_body::{Entry, InferBody, Inputs};
 use super::infer_lift::{lift, Lifted};
 use super::{
     codec, param_bool, scheduling_params, InferRequest, InputData, InputRequest, OutputRequest,
-    Param, ShmRef,
+    Param, Params, ShmRef,
 };
 use crate::api::json_body;
 use crate::api::json_decode::{decode_flat, decode_flat_unparsed};
@@ -86,6 +88,40 @@ fn small(raw: Option<&RawValue>) -> Option<Value> {
     raw.and_then(|raw| serde_json::from_str(raw.get()).ok())
 }
 
+/// The string member `key` of the object `what()` describes: borrowed from the body unless it
+/// has escapes. Refused as missing or as not a string, the way [`string_field`] words it.
+fn string_member<'a>(
+    raw: Option<&'a RawValue>,
+    key: &'static str,
+    what: impl Fn() -> String,
+) -> Result<Cow<'a, str>, Error> {
+    if let Some(text) = raw.and_then(|raw| serde_json::from_str::<&str>(raw.get()).ok()) {
+        return Ok(Cow::Borrowed(text));
+    }
+    let mut member = Map::new();
+    if let Some(value) = small(raw) {
+        member.insert(key.to_owned(), value);
+    }
+    string_field(&member, key, &what()).map(|text| Cow::Owned(text.to_owned()))
+}
+
+/// The `shape` member of the input `what()` describes: a list of integers.
+fn shape_member(raw: Option<&RawValue>, what: impl Fn() -> String) -> Result<Vec<i64>, Error> {
+    if let Some(dims) = raw.and_then(|raw| serde_json::from_str::<Vec<i64>>(raw.get()).ok()) {
+        return Ok(dims);
+    }
+    match small(raw) {
+        Some(Value::Array(dims)) => dims
+            .iter()
+            .map(|d| {
+                d.as_i64()
+                    .ok_or_else(|| InferRequestError::ShapeNotIntegers { what: what() }.into())
+            })
+            .collect(),
+        _ => Err(InferRequestError::ShapeNotArray { what: what() }.into()),
+    }
+}
+
 fn decode_request(
     request: &InferBody<'_>,
     lifted: Option<&Lifted<'_>>,
@@ -140,50 +176,40 @@ fn decode_input(
     cursor: &mut usize,
     limits: &DecodeLimits,
 ) -> Result<InputRequest, Error> {
-    let what = format!("input {index}");
+    // The descriptions only errors use are written when one occurs.
     let Entry::Object(input) = input else {
+        let what = format!("input {index}");
         return Err(InferRequestError::InputNotObject { what }.into());
     };
-    let envelope = [
-        ("name", input.name),
-        ("datatype", input.datatype),
-        ("shape", input.shape),
-        ("parameters", input.parameters),
-    ]
-    .into_iter()
-    .filter_map(|(key, raw)| Some((key.to_owned(), small(raw)?)))
-    .collect::<Map<String, Value>>();
-    let name = string_field(&envelope, "name", &what)?.to_owned();
-    let what = format!("input '{name}'");
-    let dtype = codec::parse_datatype(string_field(&envelope, "datatype", &what)?)
-        .map_err(|err| Error::from(err.in_input(&name)))?;
-    let dims: Vec<i64> = match envelope.get("shape") {
-        Some(Value::Array(dims)) => dims
-            .iter()
-            .map(|d| {
-                d.as_i64()
-                    .ok_or_else(|| InferRequestError::ShapeNotIntegers { what: what.clone() })
-            })
-            .collect::<Result<_, _>>()?,
-        _ => return Err(InferRequestError::ShapeNotArray { what }.into()),
-    };
+    let name = string_member(input.name, "name", || format!("input {index}"))?.into_owned();
+    let what = || format!("input '{name}'");
+    let datatype = string_member(input.datatype, "datatype", what)?;
+    let dtype = codec::parse_datatype(&datatype).map_err(|err| Error::from(err.in_input(&name)))?;
+    let dims = shape_member(input.shape, what)?;
     let shape = shape_from_dims(&dims).map_err(|err| Error::from(err.in_input(&name)))?;
-    let input_params = params(envelope.get("parameters"), &what)?;
+    let input_params = match input.parameters {
+        None => Params::new(),
+        Some(raw) => params(small(Some(raw)).as_ref(), &what())?,
+    };
     let shm = ShmRef::from_params(&input_params)?;
     let binary_size = match input_params.get("binary_data_size") {
         None => None,
         Some(Param::Uint(n)) => Some(
             usize::try_from(*n)
-                .map_err(|_| InferRequestError::BinarySizeTooLarge { what: what.clone() })?,
+                .map_err(|_| InferRequestError::BinarySizeTooLarge { what: what() })?,
         ),
-        Some(_) => return Err(InferRequestError::BinarySizeNotInteger { what }.into()),
+        Some(_) => return Err(InferRequestError::BinarySizeNotInteger { what: what() }.into()),
     };
     let data = input.data;
     let sources = usize::from(shm.is_some())
         + usize::from(binary_size.is_some())
         + usize::from(data.is_some());
     if sources > 1 {
-        return Err(InferRequestError::SeveralDataSources { what, sources }.into());
+        return Err(InferRequestError::SeveralDataSources {
+            what: what(),
+            sources,
+        }
+        .into());
     }
     let data = match (shm, binary_size, data) {
         (Some(shm), _, _) => InputData::SharedMemory(shm),
@@ -191,10 +217,7 @@ fn decode_input(
             let end = cursor
                 .checked_add(size)
                 .filter(|&end| end <= binary.len())
-                .ok_or_else(|| InferRequestError::BinaryPastEnd {
-                    what: what.clone(),
-                    size,
-                })?;
+                .ok_or_else(|| InferRequestError::BinaryPastEnd { what: what(), size })?;
             let raw = binary.slice(*cursor..end);
             *cursor = end;
             InputData::Inline(
@@ -208,7 +231,7 @@ fn decode_input(
             };
             InputData::Inline(decoded.map_err(|e| e.in_input(&name))?)
         }
-        (None, None, None) => return Err(InferRequestError::NoData { what }.into()),
+        (None, None, None) => return Err(InferRequestError::NoData { what: what() }.into()),
     };
     Ok(InputRequest {
         name,
