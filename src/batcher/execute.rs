@@ -1,5 +1,7 @@
 //! Running one batch on a blocking thread: gather, run, scatter, and what can fail there.
 
+use std::time::{Duration, Instant};
+
 use super::channel::Reply;
 use super::gather::{gather, scatter};
 use super::task::Telemetry;
@@ -87,12 +89,15 @@ pub(super) struct Run<'a> {
 /// Runs one batch: a lone request as it came (its tensors are passed on, not copied), a
 /// merged one gathered, run and scattered. Times its three phases as Triton's statistics
 /// split them: gathering the inputs, the runtime, and splitting the outputs (the first and
-/// last are empty for a request that runs alone).
+/// last are empty for a request that runs alone). `clock` holds when the batch started; each
+/// phase ends where the next begins, so the clock is read once per phase, and once all are
+/// done `clock` holds when the last ended (it is left behind when a phase fails).
 pub(super) fn execute(
     backend: &dyn Backend,
     run: Run<'_>,
     mut requests: Vec<Vec<NamedTensor>>,
     telemetry: &Telemetry,
+    clock: &mut Instant,
 ) -> Outcome {
     let Run {
         signature,
@@ -106,7 +111,6 @@ pub(super) fn execute(
         .signatures()
         .get(signature)
         .ok_or(Failure::Batch(BatchError::UnknownSignature(signature)))?;
-    let phase = std::time::Instant::now();
     // A merged batch keeps its requests (reference-counted tensors, not copies of their
     // bytes) so that, if the runtime fails it, each can run alone and fail alone.
     let mut alone = Vec::new();
@@ -124,27 +128,25 @@ pub(super) fn execute(
             .record_copy(CopyStage::BatchGather, gathered);
         inputs
     };
-    let input_time = phase.elapsed();
-
-    let phase = std::time::Instant::now();
+    let input_time = lap(clock);
     let merged = match backend.run_into(sig, inputs, outputs, targets) {
         Ok(merged) => merged,
         Err(err) if !alone.is_empty() => {
             tracing::debug!(error = %err, requests = alone.len(), "a merged batch failed; running its requests one by one");
-            return Ok(alone
+            let answers = alone
                 .into_iter()
                 .map(|inputs| {
                     backend
                         .run_into(sig, inputs, outputs, &[])
                         .map_err(Failure::Backend)
                 })
-                .collect());
+                .collect();
+            lap(clock);
+            return Ok(answers);
         }
         Err(err) => return Err(Failure::Backend(err)),
     };
-    let infer_time = phase.elapsed();
-
-    let phase = std::time::Instant::now();
+    let infer_time = lap(clock);
     let split = if rows.len() == 1 {
         Ok(vec![Ok(merged)])
     } else {
@@ -152,6 +154,14 @@ pub(super) fn execute(
             .map(|split| split.into_iter().map(Ok).collect())
             .map_err(Failure::Batch)
     };
-    stats.record_compute(inferences, input_time, infer_time, phase.elapsed());
+    stats.record_compute(inferences, input_time, infer_time, lap(clock));
     split
+}
+
+/// The time since `clock`, which moves on to now.
+fn lap(clock: &mut Instant) -> Duration {
+    let now = Instant::now();
+    let took = now.saturating_duration_since(*clock);
+    *clock = now;
+    took
 }

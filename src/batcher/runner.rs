@@ -3,7 +3,7 @@
 //! reported.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::execute::{execute, Outcome, Run};
 use super::instances::Instances;
@@ -90,9 +90,19 @@ impl Runner {
         requests: Vec<Vec<NamedTensor>>,
     ) -> Outcome {
         let inferences = run.inferences;
-        let started = std::time::Instant::now();
-        let outcome = execute(self.backend.as_ref(), run, requests, &self.telemetry);
-        let took = started.elapsed();
+        let started = Instant::now();
+        let mut clock = started;
+        let outcome = execute(
+            self.backend.as_ref(),
+            run,
+            requests,
+            &self.telemetry,
+            &mut clock,
+        );
+        let took = match outcome {
+            Ok(_) => clock.saturating_duration_since(started),
+            Err(_) => started.elapsed(),
+        };
         self.telemetry.stats.record_busy(instance, took);
         if let Some(busy) = self.busy.get(instance) {
             busy.inc_by(took.as_secs_f64());

@@ -8,7 +8,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use axum::http::{Request, Response};
 use http_body::Body;
 use hyper::body::Incoming;
@@ -17,7 +16,6 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit};
-use tonic::transport::server::TcpConnectInfo;
 use tower::{Service, ServiceExt};
 
 use crate::request::DecodedFootprint;
@@ -203,13 +201,7 @@ impl<W: Wire, S: App<W>> hyper::service::Service<Request<Incoming>> for ConnServ
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         let busy = self.activity.begin();
-        // Both servers' ways of naming the peer: axum's extractor, tonic's `remote_addr()`.
-        let extensions = request.extensions_mut();
-        extensions.insert(ConnectInfo(self.peer));
-        extensions.insert(TcpConnectInfo {
-            local_addr: self.local,
-            remote_addr: Some(self.peer),
-        });
+        W::name_peer(request.extensions_mut(), self.local, self.peer);
         let app = self.app.clone();
         let timeout = self.body_read_timeout;
         let limit = self.max_body_bytes;

@@ -1,8 +1,11 @@
 //! What the connection layer needs to know about the protocol a port speaks.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use axum::http::{header, HeaderValue, Response, StatusCode};
+use tonic::transport::server::TcpConnectInfo;
 
 use super::body::Received;
 
@@ -21,6 +24,10 @@ pub trait Wire: Send + Sync + 'static {
     const ALPN: &'static [&'static [u8]];
 
     fn request_body(body: Received) -> Self::RequestBody;
+
+    /// Names the connection's ends in `extensions` the way this port's framework reads them
+    /// (each insertion is an allocation per request, so only the one it reads).
+    fn name_peer(extensions: &mut http::Extensions, local: Option<SocketAddr>, peer: SocketAddr);
 
     /// The memory `body`, sent with `parts`, will take once decoded (see [`footprint`]).
     ///
@@ -82,6 +89,10 @@ impl Wire for Http {
         body
     }
 
+    fn name_peer(extensions: &mut http::Extensions, _local: Option<SocketAddr>, peer: SocketAddr) {
+        extensions.insert(ConnectInfo(peer));
+    }
+
     fn footprint(parts: &http::request::Parts, body: &[u8]) -> u64 {
         super::footprint::http(&parts.headers, body)
     }
@@ -121,6 +132,13 @@ impl Wire for Grpc {
 
     fn request_body(body: Received) -> tonic::body::Body {
         tonic::body::Body::new(body)
+    }
+
+    fn name_peer(extensions: &mut http::Extensions, local: Option<SocketAddr>, peer: SocketAddr) {
+        extensions.insert(TcpConnectInfo {
+            local_addr: local,
+            remote_addr: Some(peer),
+        });
     }
 
     fn footprint(parts: &http::request::Parts, body: &[u8]) -> u64 {
