@@ -66,6 +66,12 @@ WIDE = Model("ranker_wide", 256, "a wide ranking MLP (256 -> 1024 -> 1024 -> 1, 
 LARGE = Model("ranker_large", 262_144, "a large-input MLP (1 MiB of features per row -> 4 -> 1, 4 MiB of weights)")
 # The instances comparison's model: issue 13's compute-bound MLP, where a run (about 2 ms for 32
 # rows) outweighs what the request and the load generator cost.
+# The concurrency-1 cells again with the server holding the kernel's CPU wake-up latency cap at
+# zero (idle CPUs poll instead of sleeping; machine-wide, so the generator's CPU too). Needs
+# write access to the PM QoS device; skipped without it.
+POLLING = "tensorport, idle CPUs polling"
+PM_QOS_DEVICE = "/dev/cpu_dma_latency"
+POLLING_PROTOCOLS = ("kserve-grpc", "kserve-http", "kserve-http-binary")
 COMPUTE = Model("mlp_compute", 256, "a compute-bound MLP (256 -> 2048 -> 2048 -> 1, 19 MB of weights)")
 COMPUTE_B = Model("mlp_compute_b", 256, "the same file as mlp_compute, loaded as a second model")
 # The instances comparison: rows per request and requests in flight (split between the models
@@ -135,9 +141,10 @@ def latest_version(model_dir: Path) -> Path:
 
 
 class Tensorport:
-    def __init__(self, binary: Path, model_dir: Path, log: Path, cpu: str | None = SERVER_CPU):
+    def __init__(self, binary: Path, model_dir: Path, log: Path, cpu: str | None = SERVER_CPU,
+                 extra: list[str] | None = None):
         command = pinned(cpu, [str(binary), "serve", "--model-dir", str(model_dir), "--host", "127.0.0.1",
-                                      "--grpc-port", "0", "--rest-port", "0"])
+                                      "--grpc-port", "0", "--rest-port", "0", *(extra or [])])
         self.log = log
         out = log.open("w")
         self.proc = subprocess.Popen(command, stdout=out, stderr=out, env={**os.environ, "RUST_LOG": "warn,tensorport=info"})
@@ -432,6 +439,16 @@ def main() -> int:
         finally:
             server.stop()
 
+        if not args.quick and os.access(PM_QOS_DEVICE, os.W_OK):
+            print("tensorport, idle CPUs polling (--cpu-wakeup-latency-us 0)", flush=True)
+            server = Tensorport(Path(args.binary), plain, work / "tensorport-polling.log",
+                                extra=["--cpu-wakeup-latency-us", "0"])
+            try:
+                runner.against_tensorport(server, [Cell(POLLING, RANKER, protocol, "off", 1, 1)
+                                                   for protocol in POLLING_PROTOCOLS])
+            finally:
+                server.stop()
+
         for batching, cells in (("off", ml_off), ("on", ml_on)):
             if not cells:
                 continue
@@ -522,6 +539,19 @@ def render(runner: Runner, args, elapsed: float) -> str:
                 over.append(fmt(ours.result["p50_us"] - r["p50_us"]) if ours else "")
             out.append(f"| {cell.model.name} | {cell.batch} | {fmt(r['inferences_per_s'])} | {fmt(r['p50_us'])} "
                        f"| {fmt(r['p99_us'])} | {over[0]} | {over[1]} |")
+        out.append("")
+    polling = [c for c in runner.cells if c.server == POLLING]
+    if polling:
+        out += ["### Concurrency 1 with idle CPUs polling", "",
+                ("The example ranker at concurrency 1 from a server started with `--cpu-wakeup-latency-us 0`, "
+                "which holds the kernel's CPU wake-up latency cap (`/dev/cpu_dma_latency`) at zero while it runs: "
+                "idle CPUs poll instead of sleeping, machine-wide (the load generator's CPU too), so no round "
+                "trip waits for an idle CPU to wake. The ratio columns compare with the default server's cells "
+                "above."), "",
+                ("| server | protocol | batching | batch | conc | infer/s | p50 | p90 | p99 | max | errors | exec batch "
+                "| tensorport / this (infer/s) | this / tensorport (p99) |"),
+                "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        out += [row(runner, cell) for cell in polling]
         out.append("")
     out += instances_table(runner)
     pa = [c for c in runner.cells if c.server == "perf_analyzer"]
@@ -630,6 +660,13 @@ def targets(runner: Runner) -> list[str]:
             over = cell.result["p50_us"] - floor.result["p50_us"]
             out.append(f"| ranker, concurrency 1, batch 1, {protocol}: p50 - floor p50 < {limit} us "
                        f"| {over:.0f} us ({cell.result['p50_us']:.0f} - {floor.result['p50_us']:.0f}) "
+                       f"| {'yes' if over < limit else 'no'} |")
+    for protocol, limit in (("kserve-grpc", 60), ("kserve-http", 40)):
+        cell = runner.find(POLLING, RANKER, protocol, "off", 1, 1)
+        if cell and floor:
+            over = cell.result["p50_us"] - floor.result["p50_us"]
+            out.append(f"| the same, {protocol}, idle CPUs polling (`--cpu-wakeup-latency-us 0`): p50 - floor p50 "
+                       f"< {limit} us | {over:.0f} us ({cell.result['p50_us']:.0f} - {floor.result['p50_us']:.0f}) "
                        f"| {'yes' if over < limit else 'no'} |")
     for model in (WIDE, RANKER):
         cell = runner.find("tensorport", model, "kserve-grpc", "on", 1, 64)

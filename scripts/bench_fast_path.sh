@@ -13,7 +13,8 @@
 #
 # Usage: scripts/bench_fast_path.sh   (after `make bench-build`; DURATION=S WARMUP=S to change;
 #        CLIENT_CPU=0 puts the load generator on the server's CPU, which takes the wake-up of
-#        an idle CPU out of every round trip)
+#        an idle CPU out of every round trip; SERVER_ARGS adds flags to the server's command
+#        line, e.g. SERVER_ARGS="--cpu-wakeup-latency-us 0")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/serve_ports.sh
@@ -40,7 +41,7 @@ cell() { # label target protocol concurrency
 for inline in $(for _ in $(seq "$ROUNDS"); do echo 0 50; done); do
     log=$(mktemp)
     ORT_DYLIB_PATH=$ORT taskset -c 0 "$BIN" serve --model-dir examples/models --host 127.0.0.1 \
-        --grpc-port 0 --rest-port 0 --inline-run-max-us "$inline" >"$log" 2>&1 &
+        --grpc-port 0 --rest-port 0 --inline-run-max-us "$inline" ${SERVER_ARGS:-} >"$log" 2>&1 &
     server=$!
     serve_ports "$log"
     cell "inline=$inline health-live c8" "$rest" health-live 8

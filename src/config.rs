@@ -101,6 +101,15 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub inline_run_max_us: u64,
 
+    /// Hold the kernel's CPU wake-up latency cap (PM QoS, /dev/cpu_dma_latency) at this many
+    /// microseconds while serving; 0 keeps idle CPUs polling instead of sleeping. Takes the
+    /// wake-up of an idle CPU (tens of microseconds on virtual machines) out of each request
+    /// at low concurrency, at the cost of idle CPUs staying busy, machine-wide. Needs write
+    /// access to the device (root); the server does not start without it. Unset: the kernel's
+    /// default.
+    #[arg(long, env = "TENSORPORT_CPU_WAKEUP_LATENCY_US", value_name = "US")]
+    pub cpu_wakeup_latency_us: Option<u32>,
+
     /// Memory the resident model versions may hold together, in bytes or with KiB, MiB, GiB
     /// (unset: every model loads at start and stays). With it, a version loads on its first
     /// request and the least recently used are evicted to make room; config.toml's

@@ -49,6 +49,7 @@ pub mod backend;
 pub mod batcher;
 pub mod build_info;
 pub mod config;
+pub mod cpu_wakeup;
 pub mod error;
 pub mod error_kind;
 pub mod infer;

@@ -15,6 +15,7 @@ use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
 use tensorport::batcher::BatchSettings;
 use tensorport::config::{missing_serve_hint, Cli, Command, ConfigError, LogFormat, ServeArgs};
+use tensorport::cpu_wakeup::WakeupLatencyHold;
 use tensorport::infer::InferService;
 use tensorport::metrics::Metrics;
 use tensorport::repository::{
@@ -95,6 +96,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         Ok(limit) => tracing::info!(limit = ?limit, "open-file limit"),
         Err(err) => tracing::warn!(%err, "cannot raise the open-file limit"),
     }
+    // Held until the server stops; refused settings fail the start.
+    let _wakeup_latency = match args.cpu_wakeup_latency_us {
+        Some(micros) => {
+            let hold = WakeupLatencyHold::hold(micros).map_err(|err| err.to_string())?;
+            tracing::info!(
+                micros = hold.micros(),
+                "holding the CPU wake-up latency cap"
+            );
+            Some(hold)
+        }
+        None => None,
+    };
     // Before the models load, so that a bad token file fails the start at once.
     let access = match &args.auth_token_file {
         Some(file) => Access::from_file(file).map_err(|err| err.to_string())?,

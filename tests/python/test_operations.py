@@ -237,3 +237,45 @@ def test_no_access_log_by_default(tmp_path):
     finally:
         server.stop()
     assert not [line for line in server.log().splitlines() if line.startswith(("time=", '{"time"'))]
+
+
+PM_QOS_DEVICE = "/dev/cpu_dma_latency"
+
+
+def read_wakeup_cap() -> int:
+    with open(PM_QOS_DEVICE, "rb") as device:
+        return int.from_bytes(device.read(4), sys.byteorder, signed=True)
+
+
+@pytest.mark.skipif(not os.access(PM_QOS_DEVICE, os.W_OK),
+                    reason="needs write access to /dev/cpu_dma_latency (root)")
+def test_the_cpu_wakeup_latency_cap_is_held_while_serving_and_released_after(tmp_path):
+    before = read_wakeup_cap()
+    server = start_server(EXAMPLE_MODELS, tmp_path / "server.log",
+                          extra_args=["--cpu-wakeup-latency-us", "0"])
+    try:
+        assert "holding the CPU wake-up latency cap micros=0" in server.log(), server.log()
+        assert read_wakeup_cap() == 0
+        ready = requests.get(f"{server.rest_url}/v2/health/ready", timeout=10)
+        assert ready.status_code == 200
+    finally:
+        server.stop()
+    # The kernel drops the request with the server's descriptor.
+    assert read_wakeup_cap() == before
+
+
+def test_a_cpu_wakeup_latency_cap_that_cannot_be_held_stops_the_start(tmp_path):
+    # Without access to the device (run unprivileged, or the device absent) the server refuses
+    # to start rather than serve without the setting it was given.
+    if os.access(PM_QOS_DEVICE, os.W_OK):
+        result = run_binary("serve", "--model-dir", str(EXAMPLE_MODELS), "--host", "127.0.0.1",
+                            "--grpc-port", "0", "--rest-port", "0",
+                            "--cpu-wakeup-latency-us", "4294967295")
+        assert result.returncode != 0
+        assert "more than the kernel takes" in result.stderr, result.stderr
+    else:
+        result = run_binary("serve", "--model-dir", str(EXAMPLE_MODELS), "--host", "127.0.0.1",
+                            "--grpc-port", "0", "--rest-port", "0", "--cpu-wakeup-latency-us", "0")
+        assert result.returncode != 0
+        assert PM_QOS_DEVICE in result.stderr and "--cpu-wakeup-latency-us" in result.stderr, \
+            result.stderr
