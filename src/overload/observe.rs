@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::body::HttpBody;
 use axum::extract::ConnectInfo;
-use axum::http::{header, HeaderMap, HeaderValue, Request, Response, Version};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, Version};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tonic::transport::server::TcpConnectInfo;
@@ -291,7 +291,11 @@ fn logged_status<B: Transport>(response: &Response<B>) -> u16 {
 impl Record {
     fn answered<B: Transport + HttpBody>(self, response: &mut Response<B>) {
         if let Ok(id) = HeaderValue::from_str(self.context.id()) {
-            response.headers_mut().insert(REQUEST_ID_HEADER, id);
+            // A `HeaderName` built once: inserting by `&str` would copy the custom name on
+            // every response.
+            response
+                .headers_mut()
+                .insert(HeaderName::from_static(REQUEST_ID_HEADER), id);
         }
         if self.close_after_refusal && response.extensions().get::<BodyUnread>().is_some() {
             // The refusal did not read the request body, so the server closes the connection

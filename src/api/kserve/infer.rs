@@ -37,8 +37,9 @@ pub async fn infer(
     let prepared = service
         .prepare_within(target, context, timeout, |_| {
             let mut inputs = Vec::with_capacity(request.inputs.len());
-            for input in request.inputs {
-                let name = input.name.clone();
+            for mut input in request.inputs {
+                // `resolve_input` has no use for the name: it is moved out, not copied.
+                let name = std::mem::take(&mut input.name);
                 let tensor = resolve_input(service, input, peer, &mut used)
                     .map_err(|err| with_input(err, &name))?;
                 inputs.push((name, tensor));

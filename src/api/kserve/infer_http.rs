@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 
@@ -184,6 +184,9 @@ pub(super) fn encode_response(response: &InferResponse) -> Result<Response, Erro
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
-    headers.insert(HEADER_LENGTH, HeaderValue::from(header_length));
+    headers.insert(
+        HeaderName::from_static(HEADER_LENGTH),
+        HeaderValue::from(header_length),
+    );
     Ok(response)
 }
