@@ -85,7 +85,10 @@ pub enum ResidencyError {
     },
 }
 
-type LoadOutcome = Option<Result<(), ResidencyError>>;
+/// A load's outcome once it ends: the version it made resident (`None` when there was nothing
+/// to load), held here until its waiting requests have it, so that the next load's search for
+/// room counts it as in use rather than idle.
+type LoadOutcome = Option<Result<Option<Arc<LoadedModel>>, ResidencyError>>;
 
 /// The request side of residency: use order and the loads in progress.
 #[derive(Default)]
@@ -172,6 +175,17 @@ impl ModelRepository {
                 }
             };
             match outcome {
+                // The version this wait was for: used as it is, even if another load has
+                // evicted it since (its eviction then waits for this request, as for any
+                // request already running on it), so that requests cycling through more models
+                // than fit cannot push each other's versions out forever.
+                Ok(Some(Ok(Some(model)))) => {
+                    self.residency.touch(&model);
+                    self.loader
+                        .metrics
+                        .observe_load_wait(name, waiting.elapsed());
+                    return Ok(model);
+                }
                 Ok(Some(Err(err))) => return Err(err.into()),
                 Ok(_) => {}
                 Err(_) => {
@@ -257,7 +271,11 @@ impl ModelRepository {
     }
 
     /// Loads one version for the requests waiting on it, making room first.
-    async fn load_on_demand(&self, name: &str, version: u64) -> Result<(), ResidencyError> {
+    async fn load_on_demand(
+        &self,
+        name: &str,
+        version: u64,
+    ) -> Result<Option<Arc<LoadedModel>>, ResidencyError> {
         let mut control = self.control.lock().await;
         let key = (name.to_owned(), version);
         let state = self
@@ -273,13 +291,13 @@ impl ModelRepository {
         match state {
             Some(VersionState::NotResident(Residence::NotLoaded | Residence::Evicted)) => {}
             // Loaded by someone else (or failed) while this load waited for the lock.
-            Some(VersionState::Available(_)) | None => return Ok(()),
+            Some(VersionState::Available(_)) | None => return Ok(None),
             Some(VersionState::End { error: Some(error) }) => return Err(failed(&error)),
-            Some(_) if self.budget.is_none() => return Ok(()),
+            Some(_) if self.budget.is_none() => return Ok(None),
             Some(_) => return Err(failed("the version is no longer served")),
         }
         let Some(budget) = self.budget else {
-            return Ok(());
+            return Ok(None);
         };
         let Some((folder, config)) = control.standby.get(&key).cloned() else {
             return Err(failed("the version is no longer served"));
@@ -334,7 +352,13 @@ impl ModelRepository {
             return Err(self.too_large(name, version, measured, budget));
         }
         // The measured figure may exceed the expected one: settle the difference.
-        self.make_room(&mut control, name, version, 0, budget).await
+        self.make_room(&mut control, name, version, 0, budget)
+            .await?;
+        // Still resident: evictions happen only under `control`, which this load holds.
+        Ok(self
+            .snapshot()
+            .resolve(name, &VersionSelector::Specific(version))
+            .ok())
     }
 
     fn too_large(&self, name: &str, version: u64, needed: u64, budget: u64) -> ResidencyError {
