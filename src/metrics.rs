@@ -8,6 +8,8 @@ mod residency;
 
 pub use residency::LoadWaiter;
 
+use std::sync::Arc;
+
 use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -88,7 +90,7 @@ struct StageLabels {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    model: String,
+    model: Arc<str>,
     /// Empty for a request that resolved no model.
     version: Option<u64>,
     protocol: &'static str,
@@ -97,7 +99,7 @@ struct RequestLabels {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq)]
 struct LatencyLabels {
-    model: String,
+    model: Arc<str>,
     protocol: &'static str,
     version: Option<u64>,
 }
@@ -107,7 +109,7 @@ struct LatencyLabels {
 /// had before versions were recorded.
 impl EncodeLabelSet for LatencyLabels {
     fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
-        ("model", self.model.as_str()).encode(encoder.encode_label())?;
+        ("model", self.model.as_ref()).encode(encoder.encode_label())?;
         ("protocol", self.protocol).encode(encoder.encode_label())?;
         if let Some(version) = self.version {
             ("version", version).encode(encoder.encode_label())?;
@@ -472,14 +474,14 @@ impl Metrics {
     pub fn record_request(
         &self,
         protocol: Protocol,
-        model: Option<(&str, u64)>,
+        model: Option<(&Arc<str>, u64)>,
         outcome: &'static str,
         took: std::time::Duration,
     ) {
-        // One allocation (the model's name) per request: the labels are built once, the
-        // counter's used to look up and then moved into the histogram's.
+        // No allocation: the model's name is shared with the loaded version, and the labels
+        // are built once, the counter's used to look up and then moved into the histogram's.
         let labels = RequestLabels {
-            model: model.map(|(name, _)| name.to_owned()).unwrap_or_default(),
+            model: model.map_or_else(|| Arc::from(""), |(name, _)| name.clone()),
             version: model.map(|(_, version)| version),
             protocol: protocol.label(),
             outcome,
@@ -504,7 +506,7 @@ impl Metrics {
     ) -> u64 {
         self.requests
             .get(&RequestLabels {
-                model: model.map(|(name, _)| name.to_owned()).unwrap_or_default(),
+                model: Arc::from(model.map_or("", |(name, _)| name)),
                 version: model.map(|(_, version)| version),
                 protocol: protocol.label(),
                 outcome,
@@ -591,7 +593,7 @@ mod tests {
         let metrics = Metrics::new();
         metrics.record_request(
             Protocol::KserveGrpc,
-            Some(("m", 2)),
+            Some((&Arc::from("m"), 2)),
             "ok",
             std::time::Duration::from_millis(3),
         );

@@ -5,7 +5,7 @@
 //! same layer reads the model back when it counts the answer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -205,7 +205,7 @@ pub struct RequestContext {
     id: String,
     protocol: Protocol,
     deadline: Option<Instant>,
-    model: OnceLock<(String, u64)>,
+    model: OnceLock<(Arc<str>, u64)>,
 }
 
 impl RequestContext {
@@ -243,14 +243,19 @@ impl RequestContext {
 
     /// Names the model version the request resolved to. Only names of loaded models reach
     /// this, which keeps the metrics' label values bounded. The first call wins.
-    pub fn set_model(&self, name: &str, version: u64) {
-        let _ = self.model.set((name.to_owned(), version));
+    pub fn set_model(&self, name: &Arc<str>, version: u64) {
+        let _ = self.model.set((name.clone(), version));
     }
 
     pub fn model(&self) -> Option<(&str, u64)> {
         self.model
             .get()
-            .map(|(name, version)| (name.as_str(), *version))
+            .map(|(name, version)| (name.as_ref(), *version))
+    }
+
+    /// [`RequestContext::model`], the name shared rather than borrowed (for metrics labels).
+    pub fn model_shared(&self) -> Option<(&Arc<str>, u64)> {
+        self.model.get().map(|(name, version)| (name, *version))
     }
 }
 

@@ -15,9 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::DefaultBodyLimit;
-use axum::{Extension, Router};
-use http::Request;
+use axum::Router;
+use http::{Method, Request, StatusCode, Uri};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codec::CompressionEncoding::Gzip;
@@ -26,9 +25,11 @@ use tower::{Layer, ServiceBuilder};
 
 use crate::api::compression::GzipLayer;
 use crate::api::health::{Health, Readiness};
+use crate::api::hot_routes::HotRoutes;
+use crate::api::payload::Capped;
 use crate::api::rest_util::RestError;
 use crate::api::route_table::Routes;
-use crate::api::{grpc_compression, health, kserve, scrape, tfserving};
+use crate::api::{grpc_compression, health, kserve, scrape, tfserving, AppState};
 use crate::auth::{Access, AuthLayer};
 use crate::infer::InferService;
 use crate::overload::{Overload, OverloadSettings};
@@ -96,7 +97,7 @@ pub enum ServerError {
 
 /// Every route of the HTTP port. Add routes here (or in the protocol modules) through
 /// [`Routes`], so that [`rest_route_paths`] lists them.
-fn rest_routes() -> Routes<Arc<InferService>> {
+fn rest_routes() -> Routes<AppState> {
     tfserving::rest::routes()
         .merge(kserve::http::routes())
         .merge(health::routes())
@@ -109,11 +110,18 @@ pub fn rest_route_paths() -> Vec<&'static str> {
     rest_routes().paths().to_vec()
 }
 
-/// The HTTP application without its state: the routes and a JSON 404 for everything else.
-fn rest_router() -> Router<Arc<InferService>> {
+/// The HTTP application without its state: the routes, a JSON 405 for a method a route does
+/// not take (axum adds its `Allow` header), and a JSON 404 for everything else.
+fn rest_router() -> Router<AppState> {
     rest_routes()
         .into_router()
-        .fallback(|uri: axum::http::Uri| async move { RestError::not_found_path(uri.path()) })
+        .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
+            RestError::with_status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("{method} is not allowed on {}", uri.path()),
+            )
+        })
+        .fallback(|uri: Uri| async move { RestError::not_found_path(uri.path()) })
 }
 
 /// The HTTP application: TF Serving REST, KServe v2 HTTP, health, `/metrics`, and a JSON 404
@@ -129,17 +137,26 @@ pub fn rest_app(
     overload: &Overload,
     options: &ServerOptions,
 ) -> impl transport::App<Http> {
+    let limit = options.max_request_bytes;
     ServiceBuilder::new()
-        .map_request(|request: Request<transport::Received>| request.map(Body::new))
+        // The transport has read up to the limit; a body past it is refused as a handler
+        // reads on (`api::payload`).
+        .map_request(move |request: Request<transport::Received>| {
+            request.map(|body| Body::new(Capped::new(body, limit)))
+        })
         .layer(overload.layer::<Body>())
         // Innermost of the protection, right in front of the routes: refusals are still
         // observed (counted and logged), and probes, which bypass the overload layers, still
         // pass this check.
         .layer(AuthLayer::<Body>::new(options.auth.clone()))
-        .layer(Extension(health.clone()))
         .layer(GzipLayer::new(options.max_request_bytes))
-        .layer(DefaultBodyLimit::max(options.max_request_bytes))
-        .service(rest_router().with_state(infer))
+        .service(HotRoutes::new(
+            AppState {
+                infer,
+                health: health.clone(),
+            },
+            rest_router(),
+        ))
 }
 
 /// The `--metrics-port` application: `/metrics` and the probes, without overload protection
@@ -152,12 +169,14 @@ fn metrics_app(
     ServiceBuilder::new()
         .map_request(|request: Request<transport::Received>| request.map(Body::new))
         .layer(AuthLayer::<Body>::new(auth.clone()))
-        .layer(Extension(health.clone()))
         .service(
             scrape::routes()
                 .merge(health::routes())
                 .into_router()
-                .with_state(infer),
+                .with_state(AppState {
+                    infer,
+                    health: health.clone(),
+                }),
         )
 }
 
@@ -347,7 +366,7 @@ mod tests {
 
     /// The paths axum itself holds, read from its `Debug` output (axum has no listing API).
     /// Only a cross-check: it catches a route added to the router behind `Routes`' back.
-    fn axum_paths(router: &Router<Arc<InferService>>) -> Vec<String> {
+    fn axum_paths(router: &Router<AppState>) -> Vec<String> {
         let debug = format!("{router:?}");
         debug
             .split('"')

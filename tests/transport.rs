@@ -33,6 +33,14 @@ async fn start(transport: TransportSettings, max_concurrent_requests: usize) -> 
     TestServer::start_with(MODELS, BatchSettings::default(), options).await
 }
 
+async fn start_with_request_limit(max_request_bytes: usize) -> TestServer {
+    let options = ServerOptions {
+        max_request_bytes,
+        ..ServerOptions::default()
+    };
+    TestServer::start_with(MODELS, BatchSettings::default(), options).await
+}
+
 fn host(url: &str) -> &str {
     url.trim_start_matches("http://")
 }
@@ -148,11 +156,7 @@ async fn trickling_bodies_hold_no_request_slots_and_are_cut_off() -> TestResult 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_announced_over_the_limit_is_refused_without_being_waited_for() -> TestResult {
-    let options = ServerOptions {
-        max_request_bytes: 1 << 20,
-        ..ServerOptions::default()
-    };
-    let server = TestServer::start_with(MODELS, BatchSettings::default(), options).await;
+    let server = start_with_request_limit(1 << 20).await;
     let mut stream = TcpStream::connect(host(&server.rest_url)).await?;
     // 10 MiB announced, none sent: the answer cannot depend on the body arriving.
     stream
@@ -163,6 +167,46 @@ async fn a_body_announced_over_the_limit_is_refused_without_being_waited_for() -
         .await?;
     let head = read_head(&mut stream).await;
     assert!(head.starts_with("HTTP/1.1 413"), "{head}");
+    server.stop().await;
+    Ok(())
+}
+
+/// A chunked body announces no size: the transport reads up to the limit and the handler
+/// refuses the rest, on either way a request reaches its handler (the hot KServe and TF
+/// Serving routes, and the router, which a percent-escaped model name takes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_over_the_limit_is_refused_on_every_route() -> TestResult {
+    let server = start_with_request_limit(64 << 10).await;
+    for path in [
+        "/v2/models/ranker/infer",
+        "/v2/models/rank%65r/infer",
+        "/v1/models/ranker:predict",
+        "/v2/repository/models/ranker/load",
+    ] {
+        let mut stream = TcpStream::connect(host(&server.rest_url)).await?;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             transfer-encoding: chunked\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await?;
+        // 80 KiB in 8 KiB chunks, then the end: more than the 64 KiB the server takes.
+        let chunk = vec![b' '; 8 << 10];
+        for _ in 0..10 {
+            stream.write_all(b"2000\r\n").await?;
+            stream.write_all(&chunk).await?;
+            stream.write_all(b"\r\n").await?;
+        }
+        stream.write_all(b"0\r\n\r\n").await?;
+        let head = read_head(&mut stream).await;
+        assert!(head.starts_with("HTTP/1.1 413"), "{path}: {head}");
+    }
+    // The server is unharmed: the same model answers a request of allowed size.
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v2/models/ranker/infer", server.rest_url))
+        .body(r#"{"inputs":[{"name":"features","datatype":"FP32","shape":[1,16],"data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}"#)
+        .send()
+        .await?;
+    assert_eq!(answer.status(), 200);
     server.stop().await;
     Ok(())
 }

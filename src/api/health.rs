@@ -11,10 +11,10 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Extension;
 use serde_json::json;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
@@ -22,6 +22,7 @@ use tonic_health::ServingStatus;
 
 use crate::api::rest_util::json_response;
 use crate::api::route_table::Routes;
+use crate::api::AppState;
 use crate::infer::InferService;
 use crate::repository::{ModelRecord, ModelRepository, Residence, VersionState};
 
@@ -111,13 +112,9 @@ impl Health {
     }
 }
 
-/// `/livez`, `/readyz` and KServe's `/v2/health/{live,ready}`. They read the server's
-/// [`Health`] from a request extension, so that the listing of routes can be built without
-/// a running server.
-pub fn routes<S>() -> Routes<S>
-where
-    S: Clone + Send + Sync + 'static,
-{
+/// `/livez`, `/readyz` and KServe's `/v2/health/{live,ready}`, reading the server's
+/// [`Health`] from the router's state.
+pub fn routes() -> Routes<AppState> {
     Routes::new()
         .route("/livez", get(live))
         .route("/v2/health/live", get(live))
@@ -125,7 +122,7 @@ where
         .route("/v2/health/ready", get(ready))
 }
 
-async fn ready(Extension(health): Extension<Arc<Health>>) -> Response {
+async fn ready(State(health): State<Arc<Health>>) -> Response {
     readiness(health.ready())
 }
 

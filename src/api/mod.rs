@@ -5,6 +5,7 @@ pub mod compression;
 pub mod grpc_compression;
 pub mod health;
 pub mod heavy;
+pub mod hot_routes;
 pub mod json_body;
 pub mod json_decode;
 mod json_lift;
@@ -16,8 +17,36 @@ mod json_shape;
 pub mod json_tensor;
 mod json_values;
 pub mod kserve;
+pub mod payload;
 pub mod rest_util;
 pub mod route_table;
 pub mod scrape;
 pub mod status;
 pub mod tfserving;
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+
+use crate::infer::InferService;
+
+/// What the HTTP handlers read: the inference service, and the server's health for the
+/// probes. Given to the router as its state (not each request as an extension, which costs an
+/// allocation per request); each handler takes the part it needs.
+#[derive(Clone)]
+pub struct AppState {
+    pub infer: Arc<InferService>,
+    pub health: Arc<health::Health>,
+}
+
+impl FromRef<AppState> for Arc<InferService> {
+    fn from_ref(state: &AppState) -> Self {
+        state.infer.clone()
+    }
+}
+
+impl FromRef<AppState> for Arc<health::Health> {
+    fn from_ref(state: &AppState) -> Self {
+        state.health.clone()
+    }
+}

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use crate::api::route_table::Routes;
+use crate::api::AppState;
 use crate::infer::InferService;
 use crate::repository::VersionState;
 
@@ -21,7 +22,7 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// that scrape configs written for TF Serving keep working.
 pub const TF_SERVING_METRICS_PATH: &str = "/monitoring/prometheus/metrics";
 
-pub fn routes() -> Routes<Arc<InferService>> {
+pub fn routes() -> Routes<AppState> {
     Routes::new()
         .route("/metrics", get(metrics))
         .route(TF_SERVING_METRICS_PATH, get(metrics))
@@ -45,13 +46,9 @@ async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> 
             _ => None,
         })
     });
-    metrics.set_queue_depths(loaded.map(|model| {
-        (
-            model.name.as_str(),
-            model.version,
-            model.batcher.queue_depth(),
-        )
-    }));
+    metrics.set_queue_depths(
+        loaded.map(|model| (&*model.name, model.version, model.batcher.queue_depth())),
+    );
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|accept| accept.to_str().ok())

@@ -357,10 +357,13 @@ impl Record {
         }
         let took = self.started.elapsed();
         let protocol = self.context.protocol();
+        self.observer.metrics.record_request(
+            protocol,
+            self.context.model_shared(),
+            outcome.label(),
+            took,
+        );
         let model = self.context.model();
-        self.observer
-            .metrics
-            .record_request(protocol, model, outcome.label(), took);
         let (model, version) = model.unwrap_or(("", 0));
         let latency_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.span.in_scope(|| {

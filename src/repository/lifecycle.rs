@@ -162,7 +162,7 @@ impl ModelRepository {
             .flat_map(|record| record.versions.values())
             .filter_map(|state| match state {
                 VersionState::Available(model) => {
-                    Some((model.name.clone(), model.version, model.memory_bytes))
+                    Some((model.name.to_string(), model.version, model.memory_bytes))
                 }
                 _ => None,
             })
@@ -710,7 +710,7 @@ impl ModelRepository {
                     Batcher::spawn_with(model, backend.clone(), &batching, execution, telemetry);
                 let (alive_tx, alive_rx) = oneshot::channel();
                 let loaded = LoadedModel {
-                    name: model.to_owned(),
+                    name: Arc::from(model),
                     version: folder.version,
                     backend,
                     batcher,

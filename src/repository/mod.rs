@@ -275,7 +275,9 @@ fn load_saved_model(
 
 /// A model version that loaded, warmed up, and serves.
 pub struct LoadedModel {
-    pub name: String,
+    /// Shared with each request's context and metrics labels, which name the version that
+    /// answered without copying the name.
+    pub name: Arc<str>,
     pub version: u64,
     pub backend: Arc<dyn Backend>,
     /// Every request to this version goes through its batcher, which owns the runs. When the
@@ -306,7 +308,7 @@ impl LoadedModel {
                 .find(|(_, sig)| sig.name == name)
         };
         found.ok_or_else(|| Error::SignatureNotFound {
-            model: self.name.clone(),
+            model: self.name.to_string(),
             signature: name.to_owned(),
             available: signatures
                 .iter()

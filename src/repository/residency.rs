@@ -408,7 +408,7 @@ impl ModelRepository {
                 let victim = resident
                     .iter()
                     .filter(|m| !m.pinned)
-                    .filter(|m| (m.name.as_str(), m.version) != (name, version))
+                    .filter(|m| (&*m.name, m.version) != (name, version))
                     .min_by_key(|m| {
                         (
                             Arc::strong_count(m) > 1,

@@ -166,6 +166,35 @@ def test_infer_json_flat_and_nested(http, rest_url, nested):
     assert_close(got, reference("ranker", 2, {"features": X2})["score"])
 
 
+@pytest.mark.parametrize("path", [
+    "/v2/models/{m}/infer", "/v2/models/{m}/versions/2/infer", "/v1/models/{m}:predict",
+    "/v1/models/{m}/versions/2:predict",
+])
+def test_inference_answers_alike_whichever_way_it_is_routed(http, rest_url, path):
+    """Inference paths are matched ahead of the router; a percent-escaped name, which only
+    the router decodes, must get the same answer, and so must every bad request."""
+    if path.startswith("/v1/"):
+        good = {"instances": X2.tolist()}
+        bad = {"instances": [[1.0, 2.0]]}
+    else:
+        good = {"inputs": [{"name": "features", "shape": [2, 16], "datatype": "FP32",
+                            "data": X2.reshape(-1).tolist()}]}
+        bad = {"inputs": [{"name": "features", "shape": [2, 16], "datatype": "FP32", "data": [1]}]}
+    answers = []
+    for model in ("ranker", "rank%65r"):
+        url = rest_url + path.format(m=model)
+        ok = http.post(url, json=good, timeout=TIMEOUT)
+        assert ok.status_code == 200, (url, ok.text)
+        refused = http.post(url, json=bad, timeout=TIMEOUT)
+        unknown = http.post(url.replace(model, "no_such_model"), json=good, timeout=TIMEOUT)
+        wrong_method = http.get(url, timeout=TIMEOUT)
+        answers.append([(r.status_code, r.headers.get("allow"), r.json())
+                        for r in (ok, refused, unknown, wrong_method)])
+    assert answers[0] == answers[1]
+    statuses = [(status, allow) for status, allow, _ in answers[0]]
+    assert statuses == [(200, None), (400, None), (404, None), (405, "POST")], answers[0]
+
+
 @pytest.mark.parametrize("content_type", [None, "application/json", "application/octet-stream",
                                           "application/x-www-form-urlencoded"])
 def test_content_types_accepted(http, rest_url, content_type):

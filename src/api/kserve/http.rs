@@ -26,6 +26,7 @@ use super::{Param, Params};
 use crate::api::json_body;
 use crate::api::rest_util::{json_response, RestError};
 use crate::api::route_table::Routes;
+use crate::api::AppState;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::shm::Peer;
@@ -35,7 +36,7 @@ pub(super) type Shared = State<Arc<InferService>>;
 pub(super) type Reply = Result<Response, RestError>;
 
 /// The `/v2` routes, waiting for their state; the health checks are `crate::api::health`'s.
-pub fn routes() -> Routes<Arc<InferService>> {
+pub fn routes() -> Routes<AppState> {
     Routes::new()
         .route("/v2", get(server_metadata))
         .route("/v2/models/stats", get(all_stats))

@@ -81,7 +81,7 @@ pub async fn infer(
         });
     }
     Ok(InferResponse {
-        model_name: result.model.name.clone(),
+        model_name: result.model.name.to_string(),
         model_version: result.model.version.to_string(),
         id: request.id,
         outputs,

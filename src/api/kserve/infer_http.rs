@@ -2,10 +2,11 @@
 //! Triton's binary tensor data extension. The JSON body is decoded in `infer_json`.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -16,6 +17,7 @@ use super::infer_json::decode_infer_body;
 use super::{codec, infer, InferRequest, InferResponse};
 use crate::api::heavy::{json_text_estimate, run_heavy};
 use crate::api::json_tensor::{write_flat, write_json_str};
+use crate::api::payload::{read_payload, Payload};
 use crate::api::rest_util::raw_json_response;
 use crate::error::Error;
 use crate::infer::InferService;
@@ -32,9 +34,10 @@ pub(super) async fn infer_latest(
     context: Option<Extension<Arc<RequestContext>>>,
     connection: Connection,
     JsonLength(json_length): JsonLength,
-    body: Bytes,
+    Payload(body): Payload,
 ) -> Reply {
     let peer = connection_peer(connection);
+    let context = context.as_ref().map(|Extension(context)| context.as_ref());
     run_infer(&s, name, String::new(), context, peer, json_length, body).await
 }
 
@@ -44,17 +47,50 @@ pub(super) async fn infer_version(
     context: Option<Extension<Arc<RequestContext>>>,
     connection: Connection,
     JsonLength(json_length): JsonLength,
-    body: Bytes,
+    Payload(body): Payload,
 ) -> Reply {
     let peer = connection_peer(connection);
+    let context = context.as_ref().map(|Extension(context)| context.as_ref());
     run_infer(&s, name, version, context, peer, json_length, body).await
+}
+
+/// Inference for a request that `crate::api::hot_routes` matched, `version` empty for the
+/// latest: what the extractors of [`infer_latest`] and [`infer_version`] take, taken from the
+/// request itself, and answered by the same [`run_infer`].
+pub async fn infer_request(
+    s: &InferService,
+    model: String,
+    version: String,
+    request: axum::extract::Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let context = parts.extensions.remove::<Arc<RequestContext>>();
+    let connection = parts.extensions.remove::<ConnectInfo<SocketAddr>>();
+    let peer = connection_peer(connection.map(Extension));
+    let json_length = parts.headers.get(HEADER_LENGTH).cloned();
+    let reply = match read_payload(body).await {
+        Ok(body) => {
+            run_infer(
+                s,
+                model,
+                version,
+                context.as_deref(),
+                peer,
+                json_length,
+                body,
+            )
+            .await
+        }
+        Err(refused) => Err(refused),
+    };
+    reply.into_response()
 }
 
 pub(super) async fn run_infer(
     s: &InferService,
     model: String,
     version: String,
-    context: Option<Extension<Arc<RequestContext>>>,
+    context: Option<&RequestContext>,
     peer: Peer,
     json_length: Option<HeaderValue>,
     body: Bytes,
@@ -70,7 +106,6 @@ pub(super) async fn run_infer(
     // The JSON text is decoded: let it go before the model runs and the answer is written, so
     // a large request never holds its body and its answer at once.
     drop(header);
-    let context = context.as_ref().map(|Extension(context)| context.as_ref());
     let response = infer(s, decoded, peer, context).await?;
     let elements = response
         .outputs

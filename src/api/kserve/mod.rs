@@ -20,6 +20,7 @@ mod shared_memory;
 mod statistics;
 
 pub use infer::infer;
+pub use infer_http::infer_request;
 
 pub use model_info::{
     config_json, model_config, model_metadata, repository_index, IndexEntry, ModelMetadata,

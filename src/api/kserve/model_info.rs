@@ -93,7 +93,7 @@ pub async fn model_metadata(
         .map(|(v, _)| v.to_string())
         .collect();
     Ok(ModelMetadata {
-        name: model.name.clone(),
+        name: model.name.to_string(),
         versions,
         platform: model.backend.platform(),
         inputs: tensor_metadata(&sig.inputs),
@@ -131,7 +131,7 @@ pub async fn model_config(
             .collect()
     };
     Ok(ModelConfig {
-        name: model.name.clone(),
+        name: model.name.to_string(),
         platform: model.backend.platform().to_owned(),
         backend: backend_name(model.backend.platform()).to_owned(),
         max_batch_size: reported_max_batch_size(&model, batch),
@@ -156,7 +156,7 @@ pub async fn model_config(
             })
             .collect(),
         instance_group: vec![ModelInstanceGroup {
-            name: model.name.clone(),
+            name: model.name.to_string(),
             kind: InstanceKind::Cpu as i32,
             count: i32::try_from(model.batcher.instances()).unwrap_or(i32::MAX),
             ..Default::default()

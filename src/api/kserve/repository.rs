@@ -1,7 +1,7 @@
 //! KServe v2 HTTP model repository extension: `POST /v2/repository/index`,
 //! `.../models/{name}/load` and `.../unload`.
 
-use axum::body::Bytes;
+use crate::api::payload::Payload;
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
 
@@ -11,7 +11,7 @@ use crate::api::rest_util::json_response;
 use crate::error::Error;
 use crate::wire_error::BodyError;
 
-pub(super) async fn index(State(s): Shared, body: Bytes) -> Reply {
+pub(super) async fn index(State(s): Shared, Payload(body): Payload) -> Reply {
     let ready_only = if body.is_empty() {
         false
     } else {
@@ -43,14 +43,22 @@ pub(super) fn check_repository_body(body: &[u8]) -> Result<Params, Error> {
 }
 
 /// Loads (or reloads) a model now.
-pub(super) async fn load(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Reply {
+pub(super) async fn load(
+    State(s): Shared,
+    Path(name): Path<String>,
+    Payload(body): Payload,
+) -> Reply {
     let params = check_repository_body(&body)?;
     refuse_load_overrides(&name, params.keys())?;
     s.repository().load_model(&name).await?;
     Ok(ok().await)
 }
 
-pub(super) async fn unload(State(s): Shared, Path(name): Path<String>, body: Bytes) -> Reply {
+pub(super) async fn unload(
+    State(s): Shared,
+    Path(name): Path<String>,
+    Payload(body): Payload,
+) -> Reply {
     check_repository_body(&body)?;
     s.repository().unload_model(&name).await?;
     Ok(ok().await)

@@ -1,7 +1,7 @@
 //! KServe v2 HTTP shared-memory extensions: system shared memory, and the CUDA routes, which
 //! answer that CUDA memory is not supported.
 
-use axum::body::Bytes;
+use crate::api::payload::Payload;
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
 
@@ -39,7 +39,7 @@ pub(super) async fn shm_register(
     State(s): Shared,
     connection: Connection,
     Path(region): Path<String>,
-    body: Bytes,
+    Payload(body): Payload,
 ) -> Reply {
     let request = parse_object(&body)?;
     let key = string_field(&request, "key", "register")?;

@@ -75,7 +75,7 @@ pub(super) fn spec_target(spec: Option<&ModelSpec>) -> Result<ModelTarget<'_>, E
 /// The `model_spec` a response carries: the version that actually answered.
 pub(super) fn answered_spec(model: &LoadedModel, signature: &str) -> ModelSpec {
     ModelSpec {
-        name: model.name.clone(),
+        name: model.name.to_string(),
         signature_name: signature.to_owned(),
         version_choice: Some(VersionChoice::Version(model.version as i64)),
     }

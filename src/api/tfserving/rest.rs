@@ -19,14 +19,16 @@ pub use super::rest_path::SERVED_PATHS;
 use super::rest_path::{version_selector, RestTarget, VERBS};
 use super::rest_predict::predict;
 use super::rest_status::status;
+use crate::api::payload::Payload;
 use crate::api::rest_util::RestError;
 use crate::api::route_table::Routes;
+use crate::api::AppState;
 use crate::infer::InferService;
 use crate::request::RequestContext;
 use crate::wire_error::PredictBodyError;
 
 /// The `/v1` routes, waiting for their state.
-pub fn routes() -> Routes<Arc<InferService>> {
+pub fn routes() -> Routes<AppState> {
     Routes::new().dispatch("/v1/models/{*rest}", any(dispatch), SERVED_PATHS)
 }
 
@@ -35,15 +37,26 @@ async fn dispatch(
     method: Method,
     Path(rest): Path<String>,
     context: Option<Extension<Arc<RequestContext>>>,
-    body: Bytes,
+    Payload(body): Payload,
 ) -> Response {
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
-    let result = match (RestTarget::parse(&rest), &method) {
+    answer(&infer, &method, &rest, context, &body).await
+}
+
+/// Answers `method` on `/v1/models/{rest}` (`rest` percent-decoded) with `body`.
+pub(crate) async fn answer(
+    infer: &InferService,
+    method: &Method,
+    rest: &str,
+    context: Option<&RequestContext>,
+    body: &Bytes,
+) -> Response {
+    let result = match (RestTarget::parse(rest), method) {
         (Some(RestTarget::Status { model, version }), &Method::GET) => {
-            status(&infer, model, version)
+            status(infer, model, version)
         }
         (Some(RestTarget::Metadata { model, version }), &Method::GET) => {
-            metadata(&infer, model, version, context).await
+            metadata(infer, model, version, context).await
         }
         (
             Some(RestTarget::Verb {
@@ -52,7 +65,7 @@ async fn dispatch(
                 verb: "predict",
             }),
             &Method::POST,
-        ) => predict(&infer, context, model, version, &body).await,
+        ) => predict(infer, context, model, version, body).await,
         (
             Some(RestTarget::Verb {
                 model,
@@ -68,7 +81,7 @@ async fn dispatch(
             };
             match version_selector(version) {
                 Ok(version) => {
-                    rest_examples::answer(&infer, context, model, version, verb, &body).await
+                    rest_examples::answer(infer, context, model, version, verb, body).await
                 }
                 Err(err) => Err(err),
             }
@@ -85,7 +98,7 @@ async fn dispatch(
                 RestTarget::Verb { .. } => "POST",
                 RestTarget::Status { .. } | RestTarget::Metadata { .. } => "GET",
             };
-            return RestError::method_not_allowed(&method, &format!("/v1/models/{rest}"), allow)
+            return RestError::method_not_allowed(method, &format!("/v1/models/{rest}"), allow)
                 .into_response();
         }
         (None, _) => {

@@ -68,7 +68,7 @@ pub(super) async fn metadata(
         .collect();
     Ok(json_response(&json!({
         "model_spec": {
-            "name": model.name,
+            "name": &*model.name,
             "signature_name": "",
             "version": model.version.to_string(),
         },
