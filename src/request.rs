@@ -8,7 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use http::HeaderMap;
+use std::fmt::Write;
+
+use bytes::BytesMut;
+use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 
 /// The client's request id header, echoed on the response (and generated when absent).
@@ -179,37 +182,40 @@ impl RequestIds {
         }
     }
 
-    /// The client's id when it sent a usable one, else a new one.
-    pub fn for_request(&self, headers: &HeaderMap) -> String {
-        let client = headers
-            .get(REQUEST_ID_HEADER)
-            .and_then(|value| value.to_str().ok())
-            .filter(|id| {
-                !id.is_empty()
-                    && id.len() <= MAX_CLIENT_ID_LEN
-                    && id.bytes().all(|b| b.is_ascii_graphic())
-            });
-        match client {
-            Some(id) => id.to_owned(),
-            None => {
-                let n = self.next.fetch_add(1, Ordering::Relaxed);
-                format!("{:08x}-{n:x}", self.prefix)
-            }
+    /// The client's id when it sent a usable one, else a new one; as it goes back in the
+    /// answer's `x-request-id` header. A client's id is the request's own header value, shared
+    /// rather than copied, and a new one is written once into a buffer the answer shares too.
+    pub fn for_request(&self, headers: &HeaderMap) -> HeaderValue {
+        let client = headers.get(REQUEST_ID_HEADER).filter(|id| {
+            let id = id.as_bytes();
+            !id.is_empty() && id.len() <= MAX_CLIENT_ID_LEN && id.iter().all(u8::is_ascii_graphic)
+        });
+        if let Some(id) = client {
+            return id.clone();
         }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut id = BytesMut::with_capacity(GENERATED_ID_MAX_LEN);
+        // Writing into a `BytesMut` cannot fail, and hex digits and '-' are a valid value.
+        let _ = write!(id, "{:08x}-{n:x}", self.prefix);
+        HeaderValue::from_maybe_shared(id.freeze()).unwrap_or(HeaderValue::from_static("-"))
     }
 }
+
+/// The longest id [`RequestIds`] makes: eight hex digits, '-', and up to sixteen more.
+const GENERATED_ID_MAX_LEN: usize = 8 + 1 + 16;
 
 /// One request's context; see the module documentation for who writes what.
 #[derive(Debug)]
 pub struct RequestContext {
-    id: String,
+    /// ASCII (see [`RequestIds::for_request`]), so it also reads as text.
+    id: HeaderValue,
     protocol: Protocol,
     deadline: Option<Instant>,
     model: OnceLock<(Arc<str>, u64)>,
 }
 
 impl RequestContext {
-    pub fn new(id: String, protocol: Protocol, deadline: Option<Instant>) -> Self {
+    pub fn new(id: HeaderValue, protocol: Protocol, deadline: Option<Instant>) -> Self {
         Self {
             id,
             protocol,
@@ -219,6 +225,11 @@ impl RequestContext {
     }
 
     pub fn id(&self) -> &str {
+        self.id.to_str().unwrap_or_default()
+    }
+
+    /// The id as the answer's `x-request-id` header carries it.
+    pub fn id_header(&self) -> &HeaderValue {
         &self.id
     }
 
@@ -334,7 +345,7 @@ mod tests {
     async fn the_earlier_deadline_wins() {
         let now = Instant::now();
         let context = RequestContext::new(
-            "x".into(),
+            HeaderValue::from_static("x"),
             Protocol::KserveHttp,
             Some(now + Duration::from_secs(1)),
         );

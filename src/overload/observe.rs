@@ -113,7 +113,7 @@ where
         let span = tracing::debug_span!(
             target: "tensorport::access",
             "request",
-            id = %id,
+            id = id.to_str().unwrap_or_default(),
             protocol = protocol.label(),
             path = %path,
         );
@@ -290,13 +290,12 @@ fn logged_status<B: Transport>(response: &Response<B>) -> u16 {
 
 impl Record {
     fn answered<B: Transport + HttpBody>(self, response: &mut Response<B>) {
-        if let Ok(id) = HeaderValue::from_str(self.context.id()) {
-            // A `HeaderName` built once: inserting by `&str` would copy the custom name on
-            // every response.
-            response
-                .headers_mut()
-                .insert(HeaderName::from_static(REQUEST_ID_HEADER), id);
-        }
+        // A `HeaderName` built once: inserting by `&str` would copy the custom name on every
+        // response. The value is shared with the request's context, not copied.
+        response.headers_mut().insert(
+            HeaderName::from_static(REQUEST_ID_HEADER),
+            self.context.id_header().clone(),
+        );
         if self.close_after_refusal && response.extensions().get::<BodyUnread>().is_some() {
             // The refusal did not read the request body, so the server closes the connection
             // after it; saying so keeps a client from sending its next request on a

@@ -81,8 +81,8 @@ pub async fn infer(
         });
     }
     Ok(InferResponse {
-        model_name: result.model.name.to_string(),
-        model_version: result.model.version.to_string(),
+        model_name: result.model.name.clone(),
+        model_version: result.model.version,
         id: request.id,
         outputs,
     })

@@ -123,8 +123,8 @@ fn encode_response(response: InferResponse) -> pb::ModelInferResponse {
         });
     }
     pb::ModelInferResponse {
-        model_name: response.model_name,
-        model_version: response.model_version,
+        model_name: response.model_name.to_string(),
+        model_version: response.model_version.to_string(),
         id: response.id,
         parameters: Default::default(),
         outputs,

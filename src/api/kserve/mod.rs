@@ -28,6 +28,7 @@ pub use model_info::{
 };
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::batcher::Priority;
@@ -200,8 +201,10 @@ pub struct OutputResult {
 }
 
 pub struct InferResponse {
-    pub model_name: String,
-    pub model_version: String,
+    /// The answering version's name, shared with it: the JSON answer writes it from here,
+    /// and only the protobuf message needs a `String` of its own.
+    pub model_name: Arc<str>,
+    pub model_version: u64,
     pub id: String,
     pub outputs: Vec<OutputResult>,
 }
