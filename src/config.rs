@@ -474,6 +474,7 @@ impl ServeArgs {
             // Read from --auth-token-file by `main`, which can report a bad file.
             auth: crate::auth::Access::open(),
             transport: self.transport_settings(),
+            background: crate::background::Background::new(),
             readiness: self.readiness,
             predict_response: if self.predict_response_tensor_content {
                 ResponseEncoding::TensorContent

@@ -32,13 +32,16 @@
 //! - [`config`]: flags, environment and config file, parsed once in `main`.
 //! - [`repository`]: the model directory and the versions that serve.
 //! - [`backend`]: the `Backend` trait and its runtimes.
+//! - [`background`]: the tasks beside the server, watched: one that dies makes it unready.
 //! - [`batcher`]: per-version dynamic batching in front of a backend (bounded queue, one batch
 //!   in flight per instance).
 //! - [`tensor`]: the one domain tensor type and its decoding limits.
 //! - [`overload`]: the tower stack both servers run, read top to bottom as policy.
 //! - [`auth`]: which API groups a bearer token may use (`--auth-token-file`).
 //! - [`request`]: what travels with a request besides its body (id, protocol, deadline).
+//! - [`rest_target`]: what a TF Serving REST path names, read alike by auth and dispatch.
 //! - [`metrics`]: every Prometheus metric, built once and passed in.
+//! - [`log_sink`]: stderr for the log: a line per event, dropped and counted when unwritable.
 //! - [`build_info`]: the version and the backends compiled in (`--version`, `build_info`).
 //! - [`server`]: binds nothing itself; takes listeners and a shutdown future, and drains.
 //! - [`transport`]: accepting, TLS and the connection limits of every port.
@@ -46,6 +49,7 @@
 pub mod api;
 pub mod auth;
 pub mod backend;
+pub mod background;
 pub mod batcher;
 pub mod build_info;
 pub mod config;
@@ -53,11 +57,13 @@ pub mod cpu_wakeup;
 pub mod error;
 pub mod error_kind;
 pub mod infer;
+pub mod log_sink;
 pub mod metrics;
 pub mod overload;
 pub mod proto;
 pub mod repository;
 pub mod request;
+pub mod rest_target;
 pub mod server;
 pub mod shm;
 pub mod stats;

@@ -2,7 +2,7 @@
 //! in the background while serving (live at once, ready once the load settles), until
 //! SIGTERM or SIGINT.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,10 +13,12 @@ use tensorport::auth::Access;
 use tensorport::backend::onnx::OnnxRuntime;
 use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
+use tensorport::background::Lifetime;
 use tensorport::batcher::BatchSettings;
 use tensorport::config::{missing_serve_hint, Cli, Command, ConfigError, LogFormat, ServeArgs};
 use tensorport::cpu_wakeup::WakeupLatencyHold;
 use tensorport::infer::InferService;
+use tensorport::log_sink::LogSink;
 use tensorport::metrics::Metrics;
 use tensorport::repository::{
     subfolders, watch_model_config_file, Loader, ModelList, ModelRepository, ModelSource,
@@ -36,40 +38,46 @@ fn main() -> ExitCode {
         Err(ConfigError::Clap(err)) => {
             if let Some(hint) = missing_serve_hint(&args).filter(|_| err.use_stderr()) {
                 let _ = err.print();
-                eprintln!("\n{hint}");
+                let _ = writeln!(std::io::stderr(), "\n{hint}");
                 return ExitCode::from(2);
             }
             err.exit()
         }
         Err(err) => {
-            eprintln!("error: {err}");
+            let _ = writeln!(std::io::stderr(), "error: {err}");
             return ExitCode::from(2);
         }
     };
     let Command::Serve(args) = cli.command;
-    init_logging(args.log_format);
+    // Before logging starts: the log writer counts the lines it drops in a metric.
+    let metrics = Arc::new(Metrics::new());
+    init_logging(args.log_format, LogSink::new(metrics.log_lines_dropped()));
     #[cfg(feature = "tensorflow")]
     {
         give_each_tensorflow_model_its_own_threads();
         keep_tensorflow_info_logs_out();
     }
-    match serve(args) {
+    match serve(args, metrics) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("error: {message}");
+            // Not eprintln!, which panics when stderr is gone; the exit status still tells.
+            let _ = writeln!(std::io::stderr(), "error: {message}");
             ExitCode::FAILURE
         }
     }
 }
 
-/// Logs to stderr, filtered by RUST_LOG (default `info`; `tensorport::access=debug` adds one
+/// Logs to stderr through `sink` (a line per event; lines that cannot be written are dropped
+/// and counted), filtered by RUST_LOG (default `info`; `tensorport::access=debug` adds one
 /// line per request).
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, sink: LogSink) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        // Its report of a failed write is an eprintln! to the same broken stderr: a panic.
+        .log_internal_errors(false)
+        .with_writer(sink);
     match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         // One object per line; the request's span (id, protocol, path) rides along.
@@ -81,7 +89,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn serve(args: ServeArgs) -> Result<(), String> {
+fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     let source = ModelSource::from_flags(
         args.model_dir.as_deref(),
         args.model_config_file.as_deref(),
@@ -158,7 +166,6 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         };
         // An unreadable model directory is a configuration error, reported before serving.
         subfolders(&model_dir).map_err(|err| err.to_string())?;
-        let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx,
             threads,
@@ -205,7 +212,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             )),
             _ => None,
         };
-        let loading = tokio::spawn(load_then_poll(repository, poll, config_file));
+        // A watch that stops (it never should) leaves the server unready, saying why; the
+        // load alone, without a watch, simply finishes.
+        let lifetime = if poll.is_some() || config_file.is_some() {
+            Lifetime::UntilStopped
+        } else {
+            Lifetime::Finite
+        };
+        let loading = options.background.spawn(
+            "model repository",
+            lifetime,
+            load_then_poll(repository, poll, config_file),
+        );
         let served = tensorport::run(
             infer,
             Listeners {

@@ -226,6 +226,7 @@ pub struct Metrics {
     instance_busy: Family<InstanceLabels, SecondsCounter>,
     inline_runs: Family<VersionLabels, Counter>,
     in_flight: Gauge,
+    log_lines_dropped: Counter,
     refusals: Family<RefusalLabels, Counter>,
     model_loads: Family<ModelLabels, Counter>,
     model_unloads: Family<ModelLabels, Counter>,
@@ -336,6 +337,13 @@ impl Metrics {
             "Requests of a fast model run on the calling thread, without the batcher's queue",
             inline_runs.clone(),
         );
+        let log_lines_dropped = Counter::default();
+        registry.register(
+            "log_lines_dropped",
+            "Log lines that could not be written to stderr (a closed pipe, a full disk) and were \
+             dropped",
+            log_lines_dropped.clone(),
+        );
         let in_flight = Gauge::default();
         registry.register(
             "requests_in_flight",
@@ -393,6 +401,7 @@ impl Metrics {
             instance_busy,
             inline_runs,
             in_flight,
+            log_lines_dropped,
             refusals,
             model_loads,
             model_unloads,
@@ -534,6 +543,11 @@ impl Metrics {
     }
 
     /// The in-flight gauge, for the concurrency layer to move.
+    /// The count of log lines dropped, for the log writer (`crate::log_sink`).
+    pub fn log_lines_dropped(&self) -> Counter {
+        self.log_lines_dropped.clone()
+    }
+
     pub fn in_flight(&self) -> Gauge {
         self.in_flight.clone()
     }

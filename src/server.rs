@@ -31,6 +31,7 @@ use crate::api::rest_util::RestError;
 use crate::api::route_table::Routes;
 use crate::api::{grpc_compression, health, kserve, scrape, tfserving, AppState};
 use crate::auth::{Access, AuthLayer};
+use crate::background::Background;
 use crate::infer::InferService;
 use crate::overload::{Overload, OverloadSettings};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
@@ -71,6 +72,9 @@ pub struct ServerOptions {
     pub readiness: Readiness,
     /// How TF Serving Predict answers carry tensor values (typed fields, as TF Serving does).
     pub predict_response: ResponseEncoding,
+    /// The tasks beside the server (the repository's load and watch) whose failure makes it
+    /// unready.
+    pub background: Arc<Background>,
 }
 
 impl Default for ServerOptions {
@@ -84,6 +88,7 @@ impl Default for ServerOptions {
             transport: TransportSettings::default(),
             readiness: Readiness::default(),
             predict_response: ResponseEncoding::default(),
+            background: Background::new(),
         }
     }
 }
@@ -225,7 +230,11 @@ pub async fn run(
 ) -> Result<(), ServerError> {
     // Before anything starts: a certificate that cannot be read stops the server here.
     let tls = options.transport.tls.as_ref().map(Tls::load).transpose()?;
-    let health = Arc::new(Health::new(infer.clone(), options.readiness));
+    let health = Arc::new(Health::new(
+        infer.clone(),
+        options.readiness,
+        options.background.clone(),
+    ));
     health.publish().await;
     let overload = Arc::new(Overload::new(&options.overload, infer.shared_metrics()));
     let (stop_tx, stop_rx) = watch::channel(false);

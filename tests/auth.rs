@@ -26,6 +26,7 @@ use tonic::{Code, Request};
 const ADMIN: &str = "admin-token-0123456789abcdef";
 const CLIENT: &str = "client-token-0123456789abcdef";
 const SCRAPER: &str = "scraper-token-0123456789abcdef";
+const READER: &str = "reader-token-0123456789abcdef";
 const WRONG: &str = "wrong-token-0123456789abcdefg";
 
 const TOKENS: &str = "\
@@ -33,6 +34,7 @@ const TOKENS: &str = "\
 admin-token-0123456789abcdef     *                    operator
 client-token-0123456789abcdef    inference,metadata   ranking-service
 scraper-token-0123456789abcdef   metrics              prometheus
+reader-token-0123456789abcdef    metadata             dashboard
 ";
 
 async fn start() -> TestServer {
@@ -155,6 +157,61 @@ async fn http_requests_need_a_token_with_the_route_s_group() -> TestResult {
             .status(),
         404
     );
+    server.stop().await;
+    Ok(())
+}
+
+/// A verb spelled with a percent-escape is still the verb: the auth layer decodes the path
+/// as the TF Serving dispatcher does, so `m%3Apredict` needs the inference group exactly as
+/// `m:predict` does (it once passed as metadata and ran the model).
+#[tokio::test]
+async fn escaped_tf_serving_verbs_need_the_inference_group() -> TestResult {
+    let server = start().await;
+    let http = reqwest::Client::new();
+    let instances = json!({ "instances": [vec![0.5f32; 16]] });
+    let examples = json!({ "examples": [{ "x": 1.0 }] });
+    for (path, body) in [
+        ("ranker:predict", &instances),
+        ("ranker%3Apredict", &instances),
+        ("ranker%3apredict", &instances),
+        ("ranker/versions/1%3Apredict", &instances),
+        ("ranker%2Fversions%2F1%3Apredict", &instances),
+        ("ranker%3Aclassify", &examples),
+        ("ranker%3Aregress", &examples),
+    ] {
+        let url = format!("{}/v1/models/{path}", server.rest_url);
+        for token in [Some(READER), Some(SCRAPER), None] {
+            let mut request = http.post(&url).json(body);
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            let response = request.send().await?;
+            let status = response.status();
+            let text = response.text().await?;
+            let want = if token.is_some() { 403 } else { 401 };
+            assert_eq!(status, want, "{path} with {token:?}: {text}");
+            assert!(!text.contains("predictions"), "{path}: {text}");
+        }
+    }
+    // The reader's own group still works, escaped or not, and the client's grant runs the
+    // escaped verb as the plain one.
+    for path in ["ranker", "ranker/metadata", "ranker%2Fmetadata"] {
+        let response = http
+            .get(format!("{}/v1/models/{path}", server.rest_url))
+            .bearer_auth(READER)
+            .send()
+            .await?;
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let response = http
+        .post(format!("{}/v1/models/ranker%3Apredict", server.rest_url))
+        .bearer_auth(CLIENT)
+        .json(&instances)
+        .send()
+        .await?;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await?;
+    assert!(body["predictions"].is_array(), "{body}");
     server.stop().await;
     Ok(())
 }

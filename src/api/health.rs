@@ -23,6 +23,7 @@ use tonic_health::ServingStatus;
 use crate::api::rest_util::json_response;
 use crate::api::route_table::Routes;
 use crate::api::AppState;
+use crate::background::Background;
 use crate::infer::InferService;
 use crate::repository::{ModelRecord, ModelRepository, Residence, VersionState};
 
@@ -57,16 +58,23 @@ pub struct Health {
     draining: AtomicBool,
     reporter: HealthReporter,
     published: AtomicU8,
+    /// A failed background task keeps the server unready, and says why.
+    background: Arc<Background>,
 }
 
 impl Health {
-    pub fn new(infer: Arc<InferService>, readiness: Readiness) -> Self {
+    pub fn new(
+        infer: Arc<InferService>,
+        readiness: Readiness,
+        background: Arc<Background>,
+    ) -> Self {
         Self {
             infer,
             readiness,
             draining: AtomicBool::new(false),
             reporter: HealthReporter::new(),
             published: AtomicU8::new(UNPUBLISHED),
+            background,
         }
     }
 
@@ -74,6 +82,7 @@ impl Health {
     pub fn ready(&self) -> bool {
         let repository = self.infer.repository();
         !self.draining.load(Ordering::Acquire)
+            && self.background.failure().is_none()
             && repository.initial_load_settled()
             && models_ready(repository, self.readiness)
     }
@@ -123,7 +132,14 @@ pub fn routes() -> Routes<AppState> {
 }
 
 async fn ready(State(health): State<Arc<Health>>) -> Response {
-    readiness(health.ready())
+    match health.background.failure() {
+        Some(reason) => {
+            let mut response = json_response(&json!({ "ready": false, "reason": reason }));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            response
+        }
+        None => readiness(health.ready()),
+    }
 }
 
 async fn live() -> Response {

@@ -126,14 +126,16 @@ impl Service<Request> for HotRoutes {
 async fn tf_serving(infer: Arc<InferService>, request: Request) -> Result<Response, Infallible> {
     let (mut parts, body) = request.into_parts();
     let context = parts.extensions.remove::<Arc<RequestContext>>();
-    let rest = parts
-        .uri
-        .path()
-        .strip_prefix("/v1/models/")
-        .unwrap_or_default();
     Ok(match read_payload(body).await {
         Ok(body) => {
-            tfserving::rest::answer(&infer, &parts.method, rest, context.as_deref(), &body).await
+            tfserving::rest::answer(
+                &infer,
+                &parts.method,
+                parts.uri.path(),
+                context.as_deref(),
+                &body,
+            )
+            .await
         }
         Err(refused) => axum::response::IntoResponse::into_response(refused),
     })

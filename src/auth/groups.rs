@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::rest_target::{split_verb, tf_serving_rest};
+
 /// The API groups a token may be granted (Triton's restricted-protocol categories, folded into
 /// the ones this server has).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -210,17 +212,13 @@ pub const ROUTES: &[(&str, Group)] = &[
     ("/grpc.health.v1.Health/Watch", Health),
 ];
 
-/// TF Serving's REST prefix, whose paths the dispatcher splits itself (see
-/// `crate::api::tfserving::rest`).
-const TF_SERVING_MODELS: &str = "/v1/models/";
-
 /// The group of a request path; `None` for a path that no route serves.
 pub fn group_of(path: &str) -> Option<Group> {
-    if let Some(rest) = path.strip_prefix(TF_SERVING_MODELS) {
-        // The dispatcher's own reading: a ':' whose tail has no '/' ends the path with a verb.
-        let verb = rest
-            .rsplit_once(':')
-            .is_some_and(|(_, verb)| !verb.contains('/'));
+    if let Some(rest) = tf_serving_rest(path) {
+        // Read as the dispatcher reads it: decoded, then split. A path that does not decode
+        // is refused by the dispatcher before any operation; it is metadata like any other
+        // path without a verb.
+        let verb = rest.is_ok_and(|rest| split_verb(&rest).1.is_some());
         return Some(if verb { Inference } else { Metadata });
     }
     ROUTES
@@ -336,10 +334,30 @@ mod tests {
             Some(Inference)
         );
         assert_eq!(group_of("/v1/models/a:b/metadata"), Some(Metadata));
+        assert_eq!(group_of("/v1/models/%FF"), Some(Metadata));
         assert_eq!(group_of("/v2/models/stats"), Some(Metrics));
         assert_eq!(group_of("/v2/models/m%2F..%2Fx/infer"), Some(Inference));
         assert_eq!(group_of("/v2/models/m/infer/"), None);
         assert_eq!(group_of("/elsewhere"), None);
+    }
+
+    /// The dispatcher decodes `%3A` to `:`; so must the group, or an escaped verb passes as
+    /// metadata.
+    #[test]
+    fn escaped_verbs_are_inference() {
+        for path in [
+            "/v1/models/m%3Apredict",
+            "/v1/models/m%3apredict",
+            "/v1/models/m/versions/1%3Apredict",
+            "/v1/models/m/labels/stable%3Apredict",
+            "/v1/models/m%3Aclassify",
+            "/v1/models/m%3Aregress",
+            "/v1/models/m%2Fversions%2F1%3Apredict",
+            "/v1/models/m%253Apredict:predict",
+        ] {
+            assert_eq!(group_of(path), Some(Inference), "{path}");
+        }
+        assert_eq!(group_of("/v1/models/m%253Apredict"), Some(Metadata));
     }
 
     #[test]

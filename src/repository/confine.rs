@@ -28,6 +28,10 @@ pub enum ConfineError {
          or NUL"
     )]
     NotPlain(String),
+    /// Holds the name escaped (`\n`, `\u{1b}`): a name that reaches a log or a message raw
+    /// could forge lines of its own or drive the reader's terminal.
+    #[error("model name \"{0}\" contains a control character; a model name is plain text")]
+    ControlCharacter(String),
     #[error(
         "model '{0}': base_path is not an existing folder under the model directory or under a \
          root allowed by --allow-model-paths"
@@ -43,6 +47,7 @@ pub fn check_model_name(name: &str) -> Result<(), ConfineError> {
     if name.len() > MAX_MODEL_NAME_BYTES {
         return Err(ConfineError::NameTooLong(name.len()));
     }
+    refuse_control_characters(name)?;
     let plain = name != "."
         && name != ".."
         && !name.contains(['/', '\\', '\0'])
@@ -53,9 +58,19 @@ pub fn check_model_name(name: &str) -> Result<(), ConfineError> {
     if plain {
         Ok(())
     } else {
-        // The message repeats the name; NUL would only garble it.
-        Err(ConfineError::NotPlain(name.replace('\0', "\\0")))
+        Err(ConfineError::NotPlain(name.to_owned()))
     }
+}
+
+/// Refuses a name (a model's, a label's: anything a client names) that carries a control
+/// character, with the name escaped in the refusal.
+pub fn refuse_control_characters(name: &str) -> Result<(), ConfineError> {
+    if name.chars().any(char::is_control) {
+        return Err(ConfineError::ControlCharacter(
+            name.escape_default().to_string(),
+        ));
+    }
+    Ok(())
 }
 
 /// The folders model versions may be loaded from: `--model-dir` and `--allow-model-paths`.
@@ -164,6 +179,32 @@ mod tests {
             check_model_name(&"a".repeat(256)),
             Err(ConfineError::NameTooLong(256))
         );
+    }
+
+    /// A name that would forge a log line (a newline and a timestamp) or drive a terminal
+    /// (ESC) is refused, and the refusal carries it escaped.
+    #[test]
+    fn names_with_control_characters_are_refused_escaped() {
+        for (bad, shown) in [
+            (
+                "m\n2026-12-01T00:00:00Z ERROR forged",
+                "m\\n2026-12-01T00:00:00Z ERROR forged",
+            ),
+            ("m\u{1b}[2J", "m\\u{1b}[2J"),
+            ("m\r", "m\\r"),
+            ("m\u{7f}", "m\\u{7f}"),
+            ("m\u{85}", "m\\u{85}"),
+            ("a\0b", "a\\u{0}b"),
+        ] {
+            let err = check_model_name(bad);
+            assert_eq!(
+                err,
+                Err(ConfineError::ControlCharacter(shown.to_owned())),
+                "{bad:?}"
+            );
+            let message = err.map_err(|e| e.to_string()).err().unwrap_or_default();
+            assert!(!message.chars().any(char::is_control), "{message:?}");
+        }
     }
 
     #[test]

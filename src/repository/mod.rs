@@ -439,10 +439,15 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The model `name`. A name with a control character is refused as a bad name rather than
+    /// reported missing: no model has one, and the message must not carry it raw.
     pub fn model(&self, name: &str) -> Result<&ModelRecord, Error> {
         self.models
             .get(name)
-            .ok_or_else(|| Error::ModelNotFound(name.to_owned()))
+            .ok_or_else(|| match confine::refuse_control_characters(name) {
+                Err(refused) => Error::Confine(refused),
+                Ok(()) => Error::ModelNotFound(name.to_owned()),
+            })
     }
 
     pub fn resolve(

@@ -1,14 +1,14 @@
 //! TF Serving's REST API under `/v1/models/...`.
 //!
 //! axum cannot route `{name}:predict` (one parameter per segment), so everything under
-//! `/v1/models/` arrives here and `rest_path` splits the path itself; each operation is in its
+//! `/v1/models/` arrives here and `crate::rest_target` splits the path itself; each operation is in its
 //! own file (`rest_status`, `rest_metadata`, `rest_predict`, `rest_examples`).
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::Method;
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Extension;
@@ -25,6 +25,7 @@ use crate::api::route_table::Routes;
 use crate::api::AppState;
 use crate::infer::InferService;
 use crate::request::RequestContext;
+use crate::rest_target::tf_serving_rest;
 use crate::wire_error::PredictBodyError;
 
 /// The `/v1` routes, waiting for their state.
@@ -32,25 +33,37 @@ pub fn routes() -> Routes<AppState> {
     Routes::new().dispatch("/v1/models/{*rest}", any(dispatch), SERVED_PATHS)
 }
 
+/// The router's handler for `/v1/models/{*rest}`. The path is read from the URI through
+/// [`tf_serving_rest`], not from axum's decoded parameter, so that it is decoded exactly as the
+/// auth layer decoded it when it chose the request's API group.
 async fn dispatch(
     State(infer): State<Arc<InferService>>,
     method: Method,
-    Path(rest): Path<String>,
+    uri: Uri,
     context: Option<Extension<Arc<RequestContext>>>,
     Payload(body): Payload,
 ) -> Response {
     let context = context.as_ref().map(|Extension(context)| context.as_ref());
-    answer(&infer, &method, &rest, context, &body).await
+    answer(&infer, &method, uri.path(), context, &body).await
 }
 
-/// Answers `method` on `/v1/models/{rest}` (`rest` percent-decoded) with `body`.
+/// Answers `method` on `path` (a `/v1/models/...` path as the request spelled it) with `body`.
 pub(crate) async fn answer(
     infer: &InferService,
     method: &Method,
-    rest: &str,
+    path: &str,
     context: Option<&RequestContext>,
     body: &Bytes,
 ) -> Response {
+    let rest = match tf_serving_rest(path) {
+        Some(Ok(rest)) => rest,
+        Some(Err(undecodable)) => {
+            return RestError::with_status(StatusCode::BAD_REQUEST, undecodable.to_string())
+                .into_response()
+        }
+        None => return RestError::not_found_path(path).into_response(),
+    };
+    let rest = rest.as_ref();
     let result = match (RestTarget::parse(rest), method) {
         (Some(RestTarget::Status { model, version }), &Method::GET) => {
             status(infer, model, version)
