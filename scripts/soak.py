@@ -10,6 +10,7 @@ more than 2, the files and threads of one model version).
 
 Traffic, each on a thread of its own, in a loop:
 - valid KServe v2 HTTP and gRPC (tritonclient) and TF Serving REST requests to echo_float32;
+- valid ModelStreamInfer streams of 8 pipelined messages, answers matched by request id;
 - invalid ones: malformed JSON, wrong shapes and dtypes, unknown models, truncated binary
   bodies, bad gRPC tensors (each must be answered 4xx / a non-internal error code);
 - shared-memory churn: create a POSIX region, register it, infer through it, unregister,
@@ -80,6 +81,35 @@ def valid_http(server, tally: Tally, stop: threading.Event) -> None:
             tally.ok("valid tfserving-rest")
         except Exception as err:  # noqa: BLE001
             tally.fail("valid tfserving-rest", repr(err))
+
+
+def valid_streams(server, tally: Tally, stop: threading.Event) -> None:
+    """ModelStreamInfer: a stream of 8 messages sent without waiting, each answer matched to
+    its request by id; then the stream closes and a new one opens."""
+    import queue
+
+    client = grpcclient.InferenceServerClient(server.grpc_target)
+    while not stop.is_set():
+        answers: queue.Queue = queue.Queue()
+        try:
+            client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            for n in range(8):
+                i = grpcclient.InferInput("x", list(X.shape), "FP32")
+                i.set_data_from_numpy(X + n)
+                client.async_stream_infer(MODEL, [i], request_id=str(n))
+            seen = set()
+            for _ in range(8):
+                result, error = answers.get(timeout=60)
+                assert error is None, error
+                n = int(result.get_response().id)
+                assert np.array_equal(result.as_numpy("y"), X + n), n
+                seen.add(n)
+            assert seen == set(range(8)), seen
+            tally.ok("valid kserve-grpc stream (8 messages)")
+        except Exception as err:  # noqa: BLE001
+            tally.fail("valid kserve-grpc stream (8 messages)", repr(err))
+        finally:
+            client.stop_stream()
 
 
 def valid_grpc(server, tally: Tally, stop: threading.Event) -> None:
@@ -209,7 +239,7 @@ def main() -> int:
         tally = Tally()
         stop = threading.Event()
         workers = [threading.Thread(target=fn, args=(server, tally, stop), daemon=True)
-                   for fn in (valid_http, valid_grpc, invalid, shm_churn)]
+                   for fn in (valid_http, valid_grpc, valid_streams, invalid, shm_churn)]
         workers.append(threading.Thread(target=reloads, args=(models, tally, stop), daemon=True))
         for worker in workers:
             worker.start()
