@@ -359,7 +359,7 @@ async fn each_message_has_its_own_deadline_from_its_arrival() -> TestResult {
     stream.send(small("late", 2.0));
     let late = stream.answer().await;
     assert!(
-        late.error_message.starts_with("DEADLINE_EXCEEDED"),
+        late.error_message.to_lowercase().contains("deadline"),
         "{late:?}"
     );
     assert_eq!(id(&late), "late");
