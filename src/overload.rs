@@ -42,6 +42,10 @@
 //! returns a typed [`Refusal`] through the one answer future ([`answer`]), which renders it
 //! through the error table in one place ([`Transport::refusal`]).
 //!
+//! A stream's messages (`ModelStreamInfer`) pass layers 1 and 3 to 5 again, each on its own,
+//! through the same services ([`stream`]): a stream is admitted as a call when it opens, and
+//! each message as a call when it arrives.
+//!
 //! Every refusal for overload (rate limit, concurrency, memory, full queue, deadline) is
 //! RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED) over gRPC and 429 with `Retry-After` (or 504) over
 //! HTTP, decided without waiting, and counted in `tensorport_refusals_total{reason}`.
@@ -58,6 +62,7 @@ mod observe;
 mod rate;
 mod refusal;
 mod shed;
+mod stream;
 #[cfg(test)]
 mod tests;
 
@@ -65,12 +70,14 @@ pub use access_log::{AccessEntry, AccessLogFormat};
 pub use memory::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES;
 pub use rate::{ApiKeys, ApiKeysError, ClientKey, RateSettings};
 pub use refusal::{Outcome, Refusal, Transport};
+pub use stream::{StreamGate, Streams};
 
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use governor::middleware::NoOpMiddleware;
+use http::HeaderName;
 use tower::{Layer, ServiceBuilder};
 use tower_governor::governor::Governor;
 
@@ -81,6 +88,7 @@ use deadline::{Deadline, DeadlineLayer};
 use observe::{Observe, ObserveLayer, Observer};
 use rate::ClientKeys;
 use shed::{Limit, Shed, ShedLayer};
+use stream::Run;
 
 /// The overload settings, as the command line gives them.
 #[derive(Debug, Clone, Default)]
@@ -103,6 +111,8 @@ pub struct Overload {
     observer: Arc<Observer>,
     limit: Limit,
     rate: Option<rate::Config>,
+    /// The header of the API keys the rate limit counts on their own, if any.
+    key_header: Option<HeaderName>,
 }
 
 impl Overload {
@@ -114,6 +124,11 @@ impl Overload {
                 memory::MemoryBudget::new(settings.max_inflight_request_bytes),
             ),
             rate: settings.rate_limit.as_ref().and_then(rate::config),
+            key_header: settings
+                .rate_limit
+                .as_ref()
+                .and_then(|rate| rate.api_keys.as_ref())
+                .map(|keys| keys.header.clone()),
             observer: Arc::new(Observer {
                 metrics,
                 ids: RequestIds::new(),
@@ -139,6 +154,21 @@ impl Overload {
                 _ = ticks.tick() => rate::prune(&config),
             }
         }
+    }
+
+    /// What admits the messages of gRPC streams: layers 1 and 3 to 5, the same limits,
+    /// budgets and counters as the gRPC port's stack (see [`stream`]).
+    pub fn streams(&self) -> Streams {
+        let protection = Protection::<tonic::body::Body> {
+            limit: self.limit.clone(),
+            rate: self.rate.clone(),
+            _body: PhantomData,
+        };
+        Streams::new(
+            self.observer.clone(),
+            protection.layer(Run),
+            self.key_header.clone(),
+        )
     }
 
     /// The stack for a server whose answers have body type `B` (axum's or tonic's).

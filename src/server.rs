@@ -191,11 +191,14 @@ fn metrics_app(
 fn grpc_routes(
     infer: &Arc<InferService>,
     health: &Arc<Health>,
+    overload: &Overload,
     limit: usize,
     predict_response: ResponseEncoding,
 ) -> tonic::service::Routes {
     let tf = tfserving::grpc::TfServingGrpc::new(infer.clone(), predict_response);
-    let kserve_grpc = kserve::grpc::KserveGrpc::new(infer.clone(), health.clone());
+    // A stream's messages pass the overload stack one by one, inside the route.
+    let kserve_grpc =
+        kserve::grpc::KserveGrpc::new(infer.clone(), health.clone(), overload.streams());
     tonic::service::Routes::new(health.grpc_service())
         .add_service(
             PredictionServiceServer::new(tf.clone())
@@ -286,6 +289,7 @@ pub async fn run(
             MapRequestLayer::new(grpc_compression::reply_in_kind).layer(grpc_routes(
                 &infer,
                 &health,
+                &overload,
                 options.max_request_bytes,
                 options.predict_response,
             )),

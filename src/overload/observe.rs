@@ -108,15 +108,7 @@ where
             Protocol::of_http_path(path)
         };
         let id = self.observer.ids.for_request(request.headers());
-        // Under the access-log target, so that enabling the per-request line also enables the
-        // span that gives it (and everything logged under it) the request id.
-        let span = tracing::debug_span!(
-            target: "tensorport::access",
-            "request",
-            id = id.to_str().unwrap_or_default(),
-            protocol = protocol.label(),
-            path = %path,
-        );
+        let span = request_span(&id, protocol, path);
         let timeout = client_timeout(request.headers(), B::GRPC);
         let deadline = timeout
             .as_ref()
@@ -163,6 +155,19 @@ where
     }
 }
 
+/// The span a request's work runs in. Under the access-log target, so that enabling the
+/// per-request line also enables the span that gives it (and everything logged under it) the
+/// request id.
+pub(super) fn request_span(id: &HeaderValue, protocol: Protocol, path: &str) -> Span {
+    tracing::debug_span!(
+        target: "tensorport::access",
+        "request",
+        id = id.to_str().unwrap_or_default(),
+        protocol = protocol.label(),
+        path = %path,
+    )
+}
+
 pin_project! {
     #[project = StateProj]
     enum State<F, B> {
@@ -178,6 +183,53 @@ pin_project! {
         #[pin]
         state: State<F, B>,
         record: Pending,
+    }
+}
+
+/// Where a message of a stream came from, for its access-log line.
+pub(super) struct MessageOrigin {
+    pub client: Option<SocketAddr>,
+    /// The stream's method path.
+    pub path: &'static str,
+    /// The message's size on the wire.
+    pub bytes_in: u64,
+}
+
+impl<F, B> ObserveFuture<F, B> {
+    /// Observes `future`, the answer to one message of a stream, as [`Observe`] observes the
+    /// answer to a call: counted, timed and logged once (its access-log line included),
+    /// refusals too, or counted as cancelled when dropped before it is ready (the stream
+    /// ended first). `context` and `span` are the message's own.
+    pub(super) fn message(
+        observer: &Arc<Observer>,
+        context: Arc<RequestContext>,
+        started: Instant,
+        span: Span,
+        origin: MessageOrigin,
+        future: F,
+    ) -> Self {
+        let access = observer.access_log.is_some().then(|| Access {
+            time: SystemTime::now(),
+            client: origin.client,
+            // Every gRPC message travels in a POST.
+            method: "POST".to_owned(),
+            path: origin.path.to_owned(),
+            bytes_in: Some(origin.bytes_in),
+        });
+        let record = Record {
+            context,
+            observer: observer.clone(),
+            started,
+            span: span.clone(),
+            access,
+            close_after_refusal: false,
+        };
+        Self {
+            state: State::Running {
+                future: future.instrument(span),
+            },
+            record: Pending(Some(record)),
+        }
     }
 }
 

@@ -5,12 +5,15 @@ server (not the session one), since it is stopped, overloaded or configured diff
   queued when the signal came is answered, new connections are refused, exit code 0.
 - A scrape taken while requests are being refused passes `promtool check metrics`.
 - `--log-format json` writes one JSON object per line, with a request id on request lines.
+- Each message of a `ModelStreamInfer` stream spends a token of the rate limit as a call does;
+  a refused one is answered in the stream, which stays open.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -229,3 +232,52 @@ def test_json_logs_carry_request_ids(tmp_path):
     assert line["fields"]["model"] == "spin" and line["fields"]["outcome"] == "ok"
     loaded = [line for line in lines if line.get("fields", {}).get("message") == "available"]
     assert any(line["fields"].get("model") == "spin" for line in loaded)
+
+
+def rate_refusals(rest_url: str, protocol: str) -> int:
+    text = requests.get(f"{rest_url}/metrics", timeout=5).text
+    return sum(int(n) for labels, n in re.findall(r"^tensorport_refusals_total\{([^}]*)\} (\d+)$", text, re.M)
+               if 'reason="rate_limit"' in labels and f'protocol="{protocol}"' in labels)
+
+
+def test_each_stream_message_spends_the_rate_limit_and_a_refusal_stays_in_the_stream(tmp_path):
+    # Two tokens a second, a burst of two: 40 calls get 2 answers and 38 refusals, and so must
+    # 40 messages of one stream.
+    rate = 2
+    server = Proc(tmp_path, "--rate-limit-per-sec", str(rate))
+    client = grpcclient.InferenceServerClient(server.grpc_target)
+    answers: queue.Queue = queue.Queue()
+    try:
+        started = time.monotonic()
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for n in range(40):
+            client.async_stream_infer("spin", spin_inputs(1), request_id=f"m{n}")
+        got = [answers.get(timeout=60) for _ in range(40)]
+        elapsed = time.monotonic() - started
+        ok = [result.get_response().id for result, error in got if error is None]
+        refused = [error.message() for _, error in got if error is not None]
+        # Counts, not times: at most the burst, and what refilled while the test ran (the
+        # stream's opening spent one token too), got through.
+        allowed = rate + int(elapsed * rate) + 1
+        assert len(ok) + len(refused) == 40
+        assert 1 <= len(ok) <= allowed, (len(ok), elapsed)
+        for message in refused:
+            assert message.startswith("RESOURCE_EXHAUSTED: too many requests from this client"), message
+        assert rate_refusals(server.rest_url, "kserve-grpc") == len(refused)
+
+        # The stream is still open: once a token has refilled, a later message is answered.
+        deadline = time.monotonic() + 60
+        while True:
+            client.async_stream_infer("spin", spin_inputs(1), request_id="later")
+            result, error = answers.get(timeout=60)
+            if error is None:
+                assert result.get_response().id == "later"
+                np.testing.assert_array_equal(result.as_numpy("y"), [1.5])
+                break
+            assert error.message().startswith("RESOURCE_EXHAUSTED"), error.message()
+            assert time.monotonic() < deadline, "no token ever refilled"
+            time.sleep(0.1)
+    finally:
+        client.stop_stream()
+        client.close()
+        server.kill()

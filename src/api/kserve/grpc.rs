@@ -3,11 +3,12 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::infer_grpc::model_infer;
 use super::statistics::statistics;
+use super::stream::{answers, MODEL_STREAM_INFER};
 use super::{
     model_config, model_metadata, refuse_load_overrides, repository_index, Param, Params,
     EXTENSIONS,
@@ -15,6 +16,7 @@ use super::{
 use crate::api::health::Health;
 use crate::error::Error;
 use crate::infer::InferService;
+use crate::overload::Streams;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_metadata_response::TensorMetadata;
@@ -28,11 +30,17 @@ use crate::shm::{Peer, ShmError};
 pub struct KserveGrpc {
     service: Arc<InferService>,
     health: Arc<Health>,
+    /// Admits each message of a `ModelStreamInfer` stream as the port's stack admits a call.
+    streams: Streams,
 }
 
 impl KserveGrpc {
-    pub fn new(service: Arc<InferService>, health: Arc<Health>) -> Self {
-        Self { service, health }
+    pub fn new(service: Arc<InferService>, health: Arc<Health>, streams: Streams) -> Self {
+        Self {
+            service,
+            health,
+            streams,
+        }
     }
 }
 
@@ -153,30 +161,17 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<Streaming<pb::ModelInferRequest>>,
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
-        let service = self.service.clone();
-        // The stream's messages share the stream's context: its deadline bounds each of them.
-        let context = request.extensions().get::<Arc<RequestContext>>().cloned();
+        // The stream was admitted as a call as it opened; each message is admitted again, on
+        // its own, as it arrives (see `overload::stream`).
+        let gate = self.streams.open(&request, MODEL_STREAM_INFER);
         let peer = peer(&request);
-        let responses = request.into_inner().then(move |message| {
-            let service = service.clone();
-            let context = context.clone();
-            async move {
-                let request = message?;
-                Ok(
-                    match model_infer(&service, request, peer, context.as_deref()).await {
-                        Ok(response) => pb::ModelStreamInferResponse {
-                            error_message: String::new(),
-                            infer_response: Some(response),
-                        },
-                        Err(err) => pb::ModelStreamInferResponse {
-                            error_message: err.to_string(),
-                            infer_response: None,
-                        },
-                    },
-                )
-            }
-        });
-        Ok(Response::new(Box::pin(responses)))
+        let messages = request.into_inner();
+        Ok(Response::new(Box::pin(answers(
+            self.service.clone(),
+            gate,
+            peer,
+            messages,
+        ))))
     }
 
     async fn model_config(

@@ -13,11 +13,13 @@ mod infer_grpc;
 mod infer_http;
 mod infer_json;
 pub mod infer_lift;
+mod message_footprint;
 mod metadata;
 mod model_info;
 mod repository;
 mod shared_memory;
 mod statistics;
+mod stream;
 
 pub use infer::infer;
 pub use infer_http::infer_request;
