@@ -138,9 +138,14 @@ impl ModelRepository {
     }
 
     /// Keeps the memory of resident versions under `budget` bytes (`--model-memory-budget`):
-    /// versions load on their first request and the least recently used are evicted.
+    /// versions load on their first request and the least recently used are evicted. With a
+    /// budget, the process's allocator also returns large blocks to the system as soon as
+    /// they are freed (see `trim`), so that an evicted version's memory really goes.
     #[must_use]
     pub fn with_memory_budget(mut self, budget: Option<u64>) -> Self {
+        if budget.is_some() {
+            super::trim::return_large_allocations();
+        }
         self.budget = budget;
         self
     }
