@@ -79,8 +79,8 @@ pub trait Backend: Send + Sync {
     /// in use or kept for the next run), where the runtime reports it; `None` where it does
     /// not. It may grow as runs need more working memory than earlier ones did, which the
     /// process's resident memory at load cannot show: the model memory budget charges a
-    /// version for its growth since the load (`repository::budget`). Cheap: called after
-    /// every run of a version under a budget.
+    /// version for its growth since the load (`repository::charge`). Called after every run,
+    /// so it must be cheap: report what was last measured rather than measure here.
     fn held_bytes(&self) -> Option<u64> {
         None
     }

@@ -119,7 +119,7 @@ impl OnnxRuntime {
 /// fresh pages faulted in) on every run. The arena never gives memory back while the session
 /// lives and grows by powers of two, so what a version holds after serving can be several
 /// times what it held at load; [`Backend::held_bytes`] reports it, and the model memory budget
-/// charges it (`repository::budget`). ONNX Runtime offers no per-session bound for the CPU
+/// charges it (`repository::charge`). ONNX Runtime offers no per-session bound for the CPU
 /// arena (`arena_extend_strategy` and `max_mem` apply to an arena shared through the
 /// environment, which would outlive an evicted version), so charging what it holds is how a
 /// budget stays true; turning it off would trade that for page faults on every large run.
@@ -314,15 +314,16 @@ impl Backend for OnnxModel {
         let elements = inputs
             .iter()
             .map(|(_, tensor)| tensor.element_count())
-            .sum();
+            .fold(0usize, usize::saturating_add);
         let (mut metered, held) = self.session()?;
         let metered = &mut *metered;
-        let mut results = match &options {
+        let results = match &options {
             Some(options) => metered.session.run_with_options(values, options),
             None => metered.session.run(values),
-        }
-        .map_err(run_error)?;
+        };
+        // A run that failed may have grown the arena before it did.
         metered.meter.after_run(elements, held);
+        let mut results = results.map_err(run_error)?;
         outputs
             .iter()
             .zip(placed)

@@ -29,7 +29,8 @@ pub struct MemoryCharge {
     /// What the runtime reported holding at the end of the load, where it reports anything:
     /// growth is counted from here, since the load's figure already includes it.
     held_at_load: Option<u64>,
-    /// What the runtime reported after its latest measured run.
+    /// The most the runtime has reported holding (an arena does not shrink while its
+    /// session lives).
     held: AtomicU64,
 }
 
