@@ -2,7 +2,7 @@
 //! used eviction, pinned models, models larger than the budget, and `reload = "unload-first"`.
 //!
 //! The models are copies of the real ONNX ranker (and the larger two-tower model) in a
-//! temporary repository. Loads are measured by file size here ([`MemoryMeter::FileSize`]):
+//! temporary repository. Loads are measured by file size here (`MemoryMeter::FileSize`):
 //! process memory moves with everything else a test process does, and these tests assert on
 //! the server's own accounting.
 
@@ -11,137 +11,22 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use common::budget::{
+    entry, file_size, index, infer, scrape, start, sum, TempRepo, RANKER, TWO_TOWER,
+};
 use common::gate::{Gate, OpenOnDrop};
-use common::{repo_path, TestResult, TestServer};
+use common::{TestResult, TestServer};
 use serde_json::{json, Value};
 use tensorport::backend::Backend;
-use tensorport::batcher::BatchSettings;
 use tensorport::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensorport::proto::inference::{ModelConfigRequest, ModelMetadataRequest, ModelReadyRequest};
 use tensorport::proto::tensorflow::serving::prediction_service_client::PredictionServiceClient;
 use tensorport::proto::tensorflow::serving::{GetModelMetadataRequest, ModelSpec};
-use tensorport::repository::{BackendDecorator, MemoryMeter};
-use tensorport::ServerOptions;
-
-const RANKER: &str = "examples/models/ranker/1/model.onnx";
-const TWO_TOWER: &str = "examples/models/two_tower/1/model.onnx";
-
-/// A model repository in a temporary folder, removed when dropped.
-struct TempRepo(PathBuf);
-
-impl TempRepo {
-    fn new(test: &str) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("tensorport-budget-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    /// Adds version `version` of `name`, a copy of `file`, with an optional config.toml.
-    fn add(&self, name: &str, version: u64, file: &str, config: Option<&str>) -> &Self {
-        let folder = self.0.join(name).join(version.to_string());
-        std::fs::create_dir_all(&folder).unwrap();
-        std::fs::copy(repo_path(file), folder.join("model.onnx")).unwrap();
-        if let Some(config) = config {
-            std::fs::write(self.0.join(name).join("config.toml"), config).unwrap();
-        }
-        self
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().unwrap()
-    }
-}
-
-impl Drop for TempRepo {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn file_size(file: &str) -> u64 {
-    std::fs::metadata(repo_path(file)).unwrap().len()
-}
-
-async fn start(
-    repo: &TempRepo,
-    budget: Option<u64>,
-    decorate: Option<BackendDecorator>,
-) -> TestServer {
-    TestServer::start_configured(
-        repo.path(),
-        BatchSettings::default(),
-        ServerOptions::default(),
-        decorate,
-        |repository| {
-            repository
-                .with_memory_budget(budget)
-                .with_memory_meter(MemoryMeter::FileSize)
-        },
-    )
-    .await
-}
-
-/// A KServe v2 inference of one ranker row; returns the status and the body.
-async fn infer(client: &reqwest::Client, rest: &str, model: &str) -> (u16, Value) {
-    let body = json!({"inputs": [{
-        "name": "features", "shape": [1, 16], "datatype": "FP32", "data": vec![0.5f32; 16]
-    }]});
-    let response = client
-        .post(format!("{rest}/v2/models/{model}/infer"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
-}
-
-async fn scrape(client: &reqwest::Client, rest: &str) -> String {
-    client
-        .get(format!("{rest}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
-/// The sum of the samples of `metric` whose labels include `label` (every sample for "").
-fn sum(exposition: &str, metric: &str, label: &str) -> f64 {
-    exposition
-        .lines()
-        .filter(|line| line.starts_with(&format!("{metric}{{")))
-        .filter(|line| line.contains(label))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// The KServe repository index: (name, version) -> (state, reason).
-async fn index(client: &reqwest::Client, rest: &str) -> Vec<Value> {
-    client
-        .post(format!("{rest}/v2/repository/index"))
-        .send()
-        .await
-        .unwrap()
-        .json::<Vec<Value>>()
-        .await
-        .unwrap()
-}
-
-fn entry<'a>(index: &'a [Value], model: &str) -> &'a Value {
-    index
-        .iter()
-        .find(|e| e["name"] == model)
-        .unwrap_or_else(|| panic!("{model} is not in the index {index:?}"))
-}
+use tensorport::repository::BackendDecorator;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn round_robin_over_more_models_than_fit_stays_under_the_budget() -> TestResult {

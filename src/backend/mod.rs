@@ -75,6 +75,16 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// The memory the runtime's own allocators hold for this version now (an arena's bytes,
+    /// in use or kept for the next run), where the runtime reports it; `None` where it does
+    /// not. It may grow as runs need more working memory than earlier ones did, which the
+    /// process's resident memory at load cannot show: the model memory budget charges a
+    /// version for its growth since the load (`repository::charge`). Called after every run,
+    /// so it must be cheap: report what was last measured rather than measure here.
+    fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Runs `signature` on `inputs` (already checked against it) and returns the requested
     /// `outputs` in that order. Blocks the calling thread.
     fn run(

@@ -6,10 +6,12 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use bytes::Bytes;
 use ort::environment::Environment;
+use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::{OutputSelector, RunOptions, Session, SessionInputValue};
 use ort::value::{
     DynValue, PrimitiveTensorElementType, Tensor as OrtTensor, TensorElementType, TensorRef,
@@ -62,13 +64,15 @@ impl OnnxRuntime {
             outputs: specs(first.outputs()).map_err(load_error)?,
         };
         let mut sessions = Vec::with_capacity(instances.max(1));
-        sessions.push(Mutex::new(first));
+        sessions.push(Instance::new(first));
         for _ in 1..instances {
-            sessions.push(Mutex::new(self.session(path, threads)?));
+            sessions.push(Instance::new(self.session(path, threads)?));
         }
+        let reports_held = sessions.iter().any(Instance::reports);
         Ok(OnnxModel {
             sessions,
             signatures: vec![signature],
+            reports_held,
         })
     }
 
@@ -109,29 +113,121 @@ impl OnnxRuntime {
 /// price of keeping every run on safe `ort` calls, paid only by models that ask for
 /// instances. The batcher runs at most as many batches as there are sessions, so a run finds
 /// a free session without waiting.
+///
+/// Each session keeps the CPU arena ONNX Runtime gives it by default: a run's buffers come
+/// from memory the session already holds, instead of from `malloc` (and, for large buffers,
+/// fresh pages faulted in) on every run. The arena never gives memory back while the session
+/// lives and grows by powers of two, so what a version holds after serving can be several
+/// times what it held at load; [`Backend::held_bytes`] reports it, and the model memory budget
+/// charges it (`repository::charge`). ONNX Runtime offers no per-session bound for the CPU
+/// arena (`arena_extend_strategy` and `max_mem` apply to an arena shared through the
+/// environment, which would outlive an evicted version), so charging what it holds is how a
+/// budget stays true; turning it off would trade that for page faults on every large run.
 pub struct OnnxModel {
     /// One per instance; a run takes the first one that is free.
-    sessions: Vec<Mutex<Session>>,
+    sessions: Vec<Instance>,
     signatures: Vec<Signature>,
+    /// Whether any session's arena reports what it holds.
+    reports_held: bool,
+}
+
+/// One instance: its session, and what its arena held when last measured.
+struct Instance {
+    session: Mutex<Metered>,
+    /// The bytes the session's arena has taken from the system, as of the last measurement;
+    /// read without the session's lock.
+    held: AtomicU64,
+}
+
+/// A session and what measures its arena.
+struct Metered {
+    session: Session,
+    meter: ArenaMeter,
+}
+
+/// Measures one session's CPU arena.
+struct ArenaMeter {
+    /// The session's arena; `None` where the runtime cannot report it.
+    arena: Option<Allocator>,
+    /// The most input elements a run of the session has had. The arena grows when a run
+    /// needs more than it holds, which follows the inputs' size: it is measured again after a
+    /// run larger than any before (the first one included), so that runs of sizes already
+    /// seen pay nothing for the measurement.
+    widest_input: usize,
+}
+
+/// An arena's statistic: the bytes it has taken from the system, in use or not.
+const ARENA_TOTAL: &std::ffi::CStr = c"TotalAllocated";
+
+impl Instance {
+    fn new(session: Session) -> Self {
+        let arena = MemoryInfo::new(
+            AllocationDevice::CPU,
+            0,
+            AllocatorType::Arena,
+            MemoryType::Default,
+        )
+        .and_then(|info| Allocator::new(&session, info))
+        .ok();
+        let mut meter = ArenaMeter {
+            arena,
+            widest_input: 0,
+        };
+        let held = meter.bytes();
+        if held.is_none() {
+            meter.arena = None;
+        }
+        Self {
+            session: Mutex::new(Metered { session, meter }),
+            held: AtomicU64::new(held.unwrap_or(0)),
+        }
+    }
+
+    fn reports(&self) -> bool {
+        self.session
+            .lock()
+            .is_ok_and(|metered| metered.meter.arena.is_some())
+    }
+}
+
+impl ArenaMeter {
+    /// What the arena holds now, where it reports it.
+    fn bytes(&self) -> Option<u64> {
+        let arena = self.arena.as_ref()?;
+        onnx_raw::allocator_stat(arena, ARENA_TOTAL).ok().flatten()
+    }
+
+    /// After a run with `elements` input elements: measures the arena again into `held` if
+    /// the run was larger than any before.
+    fn after_run(&mut self, elements: usize, held: &AtomicU64) {
+        if elements <= self.widest_input {
+            return;
+        }
+        self.widest_input = elements;
+        if let Some(bytes) = self.bytes() {
+            held.store(bytes, Ordering::Relaxed);
+        }
+    }
 }
 
 impl OnnxModel {
     /// The first free session; when every one is busy (a warmup run beside serving ones),
     /// waits for the first.
-    fn session(&self) -> Result<MutexGuard<'_, Session>, BackendError> {
+    fn session(&self) -> Result<(MutexGuard<'_, Metered>, &AtomicU64), BackendError> {
         let poisoned = || BackendError::Runtime("the session lock is poisoned".into());
-        for session in &self.sessions {
-            match session.try_lock() {
-                Ok(guard) => return Ok(guard),
+        for instance in &self.sessions {
+            match instance.session.try_lock() {
+                Ok(guard) => return Ok((guard, &instance.held)),
                 Err(TryLockError::WouldBlock) => continue,
                 Err(TryLockError::Poisoned(_)) => return Err(poisoned()),
             }
         }
-        self.sessions
+        let first = self
+            .sessions
             .first()
-            .ok_or_else(|| BackendError::Runtime("the model has no session".into()))?
-            .lock()
-            .map_err(|_| poisoned())
+            .ok_or_else(|| BackendError::Runtime("the model has no session".into()))?;
+        let guard = first.session.lock().map_err(|_| poisoned())?;
+        Ok((guard, &first.held))
     }
 }
 
@@ -142,6 +238,16 @@ impl Backend for OnnxModel {
 
     fn signatures(&self) -> &[Signature] {
         &self.signatures
+    }
+
+    /// What the sessions' arenas hold, as last measured; `None` when none can report it.
+    fn held_bytes(&self) -> Option<u64> {
+        self.reports_held.then(|| {
+            self.sessions
+                .iter()
+                .map(|instance| instance.held.load(Ordering::Relaxed))
+                .fold(0u64, u64::saturating_add)
+        })
     }
 
     fn run(
@@ -205,12 +311,19 @@ impl Backend for OnnxModel {
             None
         };
 
-        let mut session = self.session()?;
-        let mut results = match &options {
-            Some(options) => session.run_with_options(values, options),
-            None => session.run(values),
-        }
-        .map_err(run_error)?;
+        let elements = inputs
+            .iter()
+            .map(|(_, tensor)| tensor.element_count())
+            .fold(0usize, usize::saturating_add);
+        let (mut metered, held) = self.session()?;
+        let metered = &mut *metered;
+        let results = match &options {
+            Some(options) => metered.session.run_with_options(values, options),
+            None => metered.session.run(values),
+        };
+        // A run that failed may have grown the arena before it did.
+        metered.meter.after_run(elements, held);
+        let mut results = results.map_err(run_error)?;
         outputs
             .iter()
             .zip(placed)

@@ -6,6 +6,8 @@
 //!   strings in and UTF-8 `String`s out. The C API is length-based.
 //! - Tensors over caller memory that the runtime writes outputs into (a client's
 //!   shared-memory region): `ort` only lets a run write into tensors it allocated.
+//! - An allocator's statistics (how much a session's arena holds): `ort` has no call for
+//!   `OrtAllocator::GetStats`.
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;
@@ -125,6 +127,43 @@ pub fn tensor_over(
     // SAFETY: `value` is a tensor ONNX Runtime just created for us, owned by nothing else; the
     // returned `Value` releases it once.
     Ok(Some(unsafe { Value::from_ptr(value, Some(&allocator)) }))
+}
+
+/// The statistic `key` of `allocator` (such as an arena's `TotalAllocated`, the bytes it has
+/// taken from the system), or `None` where the allocator keeps no such figure: only arenas
+/// keep statistics, and only allocators of API version 23 on can report them.
+pub fn allocator_stat(allocator: &Allocator, key: &CStr) -> Result<Option<u64>, String> {
+    let raw = allocator.ptr();
+    // SAFETY: `allocator` is live for this call, so `raw` points to its `OrtAllocator`, whose
+    // `version` and `GetStats` fields ONNX Runtime filled in when it made the allocator; the
+    // field is only read when the version says the struct has it.
+    let get_stats = unsafe {
+        if (*raw).version < 23 {
+            return Ok(None);
+        }
+        (*raw).GetStats
+    };
+    let Some(get_stats) = get_stats else {
+        return Ok(None);
+    };
+    let mut stats: *mut ort::sys::OrtKeyValuePairs = std::ptr::null_mut();
+    // SAFETY: `raw` is the live allocator the function belongs to; on success ONNX Runtime
+    // writes a key-value list that we own and release below.
+    check(unsafe { get_stats(raw, &mut stats) })?;
+    if stats.is_null() {
+        return Ok(None);
+    }
+    let api = ort::api();
+    // SAFETY: `stats` is the list just returned, `key` a NUL-terminated string; the value, if
+    // any, is a NUL-terminated string owned by the list, copied out before the list is
+    // released (exactly once).
+    let value = unsafe {
+        let value = (api.GetKeyValue)(stats, key.as_ptr());
+        let text = (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
+        (api.ReleaseKeyValuePairs)(stats);
+        text
+    };
+    Ok(value.and_then(|text| text.trim().parse().ok()))
 }
 
 /// Turns an ONNX Runtime status into a result, releasing the status.

@@ -35,8 +35,9 @@ impl ResidencyMetrics {
         };
         registry.register(
             "model_memory_bytes",
-            "Memory each resident model version took when it loaded (resident memory before \
-             and after, at least its files' size)",
+            "Memory each resident model version is charged against --model-memory-budget: \
+             what its load took (resident memory before and after, at least its files' size) \
+             plus what its runtime's arenas grew by since",
             metrics.memory.clone(),
         );
         registry.register(

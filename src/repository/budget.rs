@@ -1,13 +1,14 @@
 //! What a model version costs in memory, and the budget that bounds the sum.
 //!
-//! A version's figure is measured once, at load: the process's resident memory before and
-//! after the load (loads are measured one at a time, so two loads never share a figure), but
-//! never less than the size of its model files, which the runtime reads in whole. With glibc,
+//! A version's load is measured once, with its warmup: the process's resident memory before
+//! and after (loads are measured one at a time, so two loads never share a figure), but never
+//! less than the size of its model files, which the runtime reads in whole. With glibc,
 //! malloc's free memory is returned to the system before each reading (see `trim`), so the
 //! difference is what the version keeps; elsewhere memory the allocator keeps after an
-//! earlier unload can make it small, and the file size is the floor for that case. Tests that need exact figures measure by file size
-//! alone ([`MemoryMeter::FileSize`]): process memory moves with everything else the process
-//! does.
+//! earlier unload can make it small, and the file size is the floor for that case. What the
+//! version's runtime comes to hold beyond that as it serves is added to its charge (see
+//! `charge`). Tests that need exact figures measure loads by file size alone
+//! ([`MemoryMeter::FileSize`]): process memory moves with everything else the process does.
 
 use std::path::Path;
 use std::sync::Mutex;

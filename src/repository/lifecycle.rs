@@ -20,6 +20,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
 use super::budget::{LoadMeasure, MemoryMeter};
+use super::charge::{Charged, MemoryCharge};
 use super::confine::{check_model_name, ConfineError, ModelRoots};
 use super::model_config::{ModelConfig, ReloadMode};
 use super::residency::{Residence, Residency};
@@ -55,7 +56,8 @@ pub(super) struct Control {
     unloaded: HashSet<String>,
     /// Set by the reload-config API: exactly these models are served.
     served: Option<BTreeMap<String, ServedModel>>,
-    /// Closed when the loaded version is dropped: a retiring version is UNLOADING until then.
+    /// Closed when the loaded version's session is dropped (after its batcher and every run
+    /// let go of it): a retiring version is UNLOADING until then.
     pub(super) alive: HashMap<(String, u64), oneshot::Receiver<()>>,
     /// Under a memory budget: where each version that loads on demand is, and its settings.
     pub(super) standby: HashMap<(String, u64), (VersionFolder, ModelConfig)>,
@@ -136,9 +138,14 @@ impl ModelRepository {
     }
 
     /// Keeps the memory of resident versions under `budget` bytes (`--model-memory-budget`):
-    /// versions load on their first request and the least recently used are evicted.
+    /// versions load on their first request and the least recently used are evicted. With a
+    /// budget, the process's allocator also returns large blocks to the system as soon as
+    /// they are freed (see `trim`), so that an evicted version's memory really goes.
     #[must_use]
     pub fn with_memory_budget(mut self, budget: Option<u64>) -> Self {
+        if budget.is_some() {
+            super::trim::return_large_allocations();
+        }
         self.budget = budget;
         self
     }
@@ -155,14 +162,14 @@ impl ModelRepository {
         self.budget
     }
 
-    /// The measured memory of each resident version: (model, version, bytes).
+    /// The memory each resident version is charged: (model, version, bytes).
     pub fn resident_memory(&self) -> Vec<(String, u64, u64)> {
         self.snapshot()
             .models()
             .flat_map(|record| record.versions.values())
             .filter_map(|state| match state {
                 VersionState::Available(model) => {
-                    Some((model.name.to_string(), model.version, model.memory_bytes))
+                    Some((model.name.to_string(), model.version, model.memory_bytes()))
                 }
                 _ => None,
             })
@@ -548,7 +555,7 @@ impl ModelRepository {
             .models()
             .flat_map(|record| record.versions.values())
             .filter_map(|state| match state {
-                VersionState::Available(model) if model.pinned => Some(model.memory_bytes),
+                VersionState::Available(model) if model.pinned => Some(model.memory_bytes()),
                 _ => None,
             })
             .sum();
@@ -692,6 +699,14 @@ impl ModelRepository {
         .and_then(|result| result);
         match loaded {
             Ok((backend, memory_bytes)) => {
+                let (alive_tx, alive_rx) = oneshot::channel();
+                let memory = Arc::new(MemoryCharge::new(memory_bytes, backend.held_bytes()));
+                let backend: Arc<dyn Backend> = Arc::new(Charged::new(
+                    backend,
+                    memory.clone(),
+                    self.residency.growth_sender(self.budget),
+                    alive_tx,
+                ));
                 let batching = config
                     .batching
                     .clone()
@@ -708,17 +723,15 @@ impl ModelRepository {
                 };
                 let batcher =
                     Batcher::spawn_with(model, backend.clone(), &batching, execution, telemetry);
-                let (alive_tx, alive_rx) = oneshot::channel();
                 let loaded = LoadedModel {
                     name: Arc::from(model),
                     version: folder.version,
                     backend,
                     batcher,
                     stats,
-                    memory_bytes,
+                    memory,
                     pinned: config.lifecycle.pinned,
                     last_used: AtomicU64::new(0),
-                    _alive: alive_tx,
                 };
                 self.residency.touch(&loaded);
                 self.set_state(

@@ -7,6 +7,7 @@
 //! versions load, warm up, and retire, and swaps them in atomically.
 
 mod budget;
+mod charge;
 mod confine;
 mod declared;
 mod lifecycle;
@@ -26,6 +27,7 @@ pub use crate::version::{VersionError, VersionSelector};
 pub use budget::{
     files_size, parse_size, peak_resident_bytes, resident_bytes, LoadMeasure, MemoryMeter,
 };
+pub use charge::MemoryCharge;
 pub use confine::{check_model_name, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES};
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{BackendDecorator, ModelRepository, ServedModel};
@@ -279,23 +281,29 @@ pub struct LoadedModel {
     /// answered without copying the name.
     pub name: Arc<str>,
     pub version: u64,
+    /// Tells the lifecycle, when the last holder (the batcher included) drops it, that the
+    /// version's session is gone (see `charge::Charged`).
     pub backend: Arc<dyn Backend>,
     /// Every request to this version goes through its batcher, which owns the runs. When the
     /// version retires and its last request finishes, dropping the handle lets the batcher
     /// drain its queue and stop.
     pub batcher: BatcherHandle,
     pub stats: Arc<ModelStats>,
-    /// The memory its load took (see `budget`), counted against `--model-memory-budget`.
-    pub memory_bytes: u64,
+    /// The memory it is charged against `--model-memory-budget`: its load, plus what its
+    /// runtime has grown by since (see `charge`).
+    pub memory: Arc<MemoryCharge>,
     /// `[lifecycle] pinned`: never evicted.
     pub pinned: bool,
     /// When it last served a request, in the repository's ticks: the eviction order.
     pub last_used: std::sync::atomic::AtomicU64,
-    /// Dropped with the version, which tells the lifecycle its last request has finished.
-    _alive: tokio::sync::oneshot::Sender<()>,
 }
 
 impl LoadedModel {
+    /// The bytes it is charged now.
+    pub fn memory_bytes(&self) -> u64 {
+        self.memory.bytes()
+    }
+
     /// The signature `name` names, or the default one when `name` is empty.
     pub fn signature(&self, name: &str) -> Result<(usize, &Signature), Error> {
         let signatures = self.backend.signatures();

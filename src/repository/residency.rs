@@ -13,13 +13,19 @@
 //!   starts. The expected size is the version's last measured figure, else its files' size.
 //! - A version whose files (or whose measured load) exceed the whole budget is not loaded
 //!   again and its requests get RESOURCE_EXHAUSTED: evicting everything would not make it fit.
+//! - A resident version's charge grows when its runtime comes to hold more than at load (see
+//!   `charge`); the budget is then settled again at once, least recently used first, the
+//!   grown version included (its next request loads it afresh, at its load's size).
+//! - An eviction returns once the version's session is gone (its batcher and every run,
+//!   abandoned ones too, have let go) and the freed memory has been handed back to the
+//!   system: the next load, and its measurement, start from what is really resident.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::lifecycle::Control;
 use super::{LoadedModel, ModelRecord, ModelRepository, VersionSelector, VersionState};
@@ -100,9 +106,44 @@ pub(super) struct Residency {
     /// Models between dropping the old version and serving the new (`reload =
     /// "unload-first"`): their requests wait for the new version.
     pub(super) reloading: Mutex<HashSet<String>>,
+    /// Resident versions whose charge grew: the budget is settled again.
+    growth: Growth,
+}
+
+/// Word from resident versions that their charge grew, to the task that settles the budget.
+struct Growth {
+    /// Cloned into each version loaded under a budget. One pending message is enough: a
+    /// settling sees every growth so far.
+    sender: mpsc::Sender<()>,
+    /// Taken by the settling task when it starts (with the first load on demand).
+    receiver: Mutex<Option<mpsc::Receiver<()>>>,
+}
+
+impl Default for Growth {
+    fn default() -> Self {
+        let (sender, receiver) = mpsc::channel(1);
+        Self {
+            sender,
+            receiver: Mutex::new(Some(receiver)),
+        }
+    }
 }
 
 impl Residency {
+    /// Where a version loaded under `budget` reports that its charge grew; none without one.
+    pub(super) fn growth_sender(&self, budget: Option<u64>) -> Option<mpsc::Sender<()>> {
+        budget.map(|_| self.growth.sender.clone())
+    }
+
+    /// The growth messages, for the one task that settles them; `None` once it has started.
+    fn take_growth(&self) -> Option<mpsc::Receiver<()>> {
+        self.growth
+            .receiver
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+
     pub(super) fn touch(&self, model: &LoadedModel) {
         let tick = self.ticks.fetch_add(1, Ordering::Relaxed);
         model.last_used.store(tick, Ordering::Relaxed);
@@ -261,6 +302,9 @@ impl ModelRepository {
         let (done, load) = watch::channel(None);
         pending.insert(key.clone(), load.clone());
         drop(pending);
+        if let Some(growth) = self.residency.take_growth() {
+            tokio::spawn(settle_growth(Arc::downgrade(self), growth));
+        }
         let repository = self.clone();
         tokio::spawn(async move {
             let outcome = repository.load_on_demand(&key.0, key.1).await;
@@ -310,8 +354,9 @@ impl ModelRepository {
         if expected > budget {
             return Err(self.too_large(name, version, expected, budget));
         }
-        self.make_room(&mut control, name, version, expected, budget)
-            .await?;
+        self.make_room(&mut control, Some((name, version)), expected, budget)
+            .await
+            .map_err(|held| no_room(name, version, expected, held, budget))?;
         self.loader.metrics.record_load_on_demand(name);
         let Ok(alive) = self.load(name, &folder, &config).await else {
             control
@@ -334,7 +379,7 @@ impl ModelRepository {
             .resolve(name, &VersionSelector::Specific(version))
             .map(|model| {
                 self.residency.touch(&model);
-                model.memory_bytes
+                model.memory.loaded()
             })
             .unwrap_or(expected);
         control.measured.insert(key, measured);
@@ -352,8 +397,9 @@ impl ModelRepository {
             return Err(self.too_large(name, version, measured, budget));
         }
         // The measured figure may exceed the expected one: settle the difference.
-        self.make_room(&mut control, name, version, 0, budget)
-            .await?;
+        self.make_room(&mut control, Some((name, version)), 0, budget)
+            .await
+            .map_err(|held| no_room(name, version, measured, held, budget))?;
         // Still resident: evictions happen only under `control`, which this load holds.
         Ok(self
             .snapshot()
@@ -382,16 +428,33 @@ impl ModelRepository {
         }
     }
 
-    /// Evicts least recently used versions (never pinned ones, never `name`@`version`) until
-    /// `needed` more bytes fit in the budget.
+    /// Settles the budget after resident versions' charges grew: evicts the least recently
+    /// used until the charges fit again.
+    async fn settle_grown(&self) {
+        let Some(budget) = self.budget else {
+            return;
+        };
+        let mut control = self.control.lock().await;
+        if let Err(pinned) = self.make_room(&mut control, None, 0, budget).await {
+            tracing::warn!(
+                pinned,
+                budget,
+                "pinned models hold more than the model memory budget since their runtimes \
+                 grew; nothing else is left to evict"
+            );
+        }
+    }
+
+    /// Evicts least recently used versions (never pinned ones, never `keep`) until `needed`
+    /// more bytes fit in the budget. When nothing is left to evict, the error is what the
+    /// pinned versions hold.
     async fn make_room(
         &self,
         control: &mut Control,
-        name: &str,
-        version: u64,
+        keep: Option<(&str, u64)>,
         needed: u64,
         budget: u64,
-    ) -> Result<(), ResidencyError> {
+    ) -> Result<(), u64> {
         loop {
             let (total, victim) = {
                 let snapshot = self.snapshot();
@@ -403,12 +466,12 @@ impl ModelRepository {
                         _ => None,
                     })
                     .collect();
-                let total: u64 = resident.iter().map(|m| m.memory_bytes).sum();
+                let total: u64 = resident.iter().map(|m| m.memory_bytes()).sum();
                 // In flight: someone besides the current snapshot holds the version.
                 let victim = resident
                     .iter()
                     .filter(|m| !m.pinned)
-                    .filter(|m| (&*m.name, m.version) != (name, version))
+                    .filter(|m| Some((&*m.name, m.version)) != keep)
                     .min_by_key(|m| {
                         (
                             Arc::strong_count(m) > 1,
@@ -419,7 +482,7 @@ impl ModelRepository {
                 let pinned: u64 = resident
                     .iter()
                     .filter(|m| m.pinned)
-                    .map(|m| m.memory_bytes)
+                    .map(|m| m.memory_bytes())
                     .sum();
                 (total, victim.ok_or(pinned))
             };
@@ -431,21 +494,14 @@ impl ModelRepository {
                     self.evict(control, &victim, victim_version, Residence::Evicted)
                         .await;
                 }
-                Err(held) => {
-                    return Err(ResidencyError::NoRoom {
-                        model: name.to_owned(),
-                        version,
-                        needed,
-                        held,
-                        budget,
-                    })
-                }
+                Err(held) => return Err(held),
             }
         }
     }
 
     /// Takes a version out of memory: no new request reaches it; the ones it holds finish,
-    /// its batcher drains, and its session is dropped before this returns.
+    /// its batcher drains, and its session is dropped and its memory handed back to the
+    /// system before this returns.
     async fn evict(&self, control: &mut Control, name: &str, version: u64, residence: Residence) {
         let counted = residence == Residence::Evicted;
         self.set_state(name, version, VersionState::NotResident(residence));
@@ -459,6 +515,27 @@ impl ModelRepository {
             // budget and the next load's measurement starts from what is really resident.
             let _ = tokio::task::spawn_blocking(super::trim::release_freed_memory).await;
         }
+    }
+}
+
+/// Settles the budget each time resident versions report growth, while the repository lives
+/// (the task holds it only while settling, so it does not keep it alive).
+async fn settle_growth(repository: Weak<ModelRepository>, mut grown: mpsc::Receiver<()>) {
+    while grown.recv().await.is_some() {
+        let Some(repository) = repository.upgrade() else {
+            return;
+        };
+        repository.settle_grown().await;
+    }
+}
+
+fn no_room(name: &str, version: u64, needed: u64, held: u64, budget: u64) -> ResidencyError {
+    ResidencyError::NoRoom {
+        model: name.to_owned(),
+        version,
+        needed,
+        held,
+        budget,
     }
 }
 

@@ -172,6 +172,10 @@ impl Backend for Gated {
         self.inner.signatures()
     }
 
+    fn held_bytes(&self) -> Option<u64> {
+        self.inner.held_bytes()
+    }
+
     fn run(
         &self,
         signature: &Signature,

@@ -5,6 +5,7 @@
 // Each test binary uses its own subset of this support.
 #![allow(dead_code)]
 
+pub mod budget;
 pub mod gate;
 
 use std::path::{Path, PathBuf};

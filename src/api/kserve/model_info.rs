@@ -273,7 +273,7 @@ pub struct IndexEntry {
     pub version: String,
     pub state: &'static str,
     pub reason: String,
-    /// The memory a resident version took at load (`tensorport_model_memory_bytes`).
+    /// The memory a resident version is charged (`tensorport_model_memory_bytes`).
     pub memory_bytes: Option<u64>,
 }
 
@@ -292,7 +292,7 @@ pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEn
                 VersionState::NotResident(residence) => ("UNAVAILABLE", residence.reason()),
             };
             let memory_bytes = match state_of {
-                VersionState::Available(loaded) => Some(loaded.memory_bytes),
+                VersionState::Available(loaded) => Some(loaded.memory_bytes()),
                 _ => None,
             };
             if ready_only && state != "READY" {
