@@ -8,6 +8,7 @@
 use crate::backend::BackendError;
 use crate::batcher::{BatchError, BatcherError, RequestError};
 use crate::repository::{ConfineError, ResidencyError};
+use crate::request::MemoryRefused;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
 use crate::version::VersionError;
@@ -79,6 +80,13 @@ pub enum Error {
     BatcherStopped { model: String },
     #[error(transparent)]
     Batch(#[from] BatchError),
+    /// An input's decoded form would take more than is left of the request memory budget.
+    #[error("input '{input}' would take {source}")]
+    InputMemory {
+        input: String,
+        #[source]
+        source: MemoryRefused,
+    },
     /// A version that is not resident could not be loaded for the request.
     #[error(transparent)]
     Residency(#[from] ResidencyError),
@@ -132,7 +140,7 @@ impl Error {
             Self::Confine(_) => ErrorKind::InvalidArgument,
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) | Self::Batch(_) => ErrorKind::Internal,
-            Self::QueueFull { .. } => ErrorKind::ResourceExhausted,
+            Self::QueueFull { .. } | Self::InputMemory { .. } => ErrorKind::ResourceExhausted,
             Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Self::BatcherStopped { .. } => ErrorKind::Unavailable,
             // Retrying does not help a model larger than the budget, but the request was

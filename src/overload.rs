@@ -117,11 +117,13 @@ pub struct Overload {
 
 impl Overload {
     pub fn new(settings: &OverloadSettings, metrics: Arc<Metrics>) -> Self {
+        // One budget: admission charges bodies to it, adapters their decoded tensors.
+        let memory = memory::MemoryBudget::new(settings.max_inflight_request_bytes);
         Self {
             limit: Limit::new(
                 settings.max_concurrent_requests,
                 metrics.in_flight(),
-                memory::MemoryBudget::new(settings.max_inflight_request_bytes),
+                memory.clone(),
             ),
             rate: settings.rate_limit.as_ref().and_then(rate::config),
             key_header: settings
@@ -134,6 +136,7 @@ impl Overload {
                 ids: RequestIds::new(),
                 default_timeout: settings.request_timeout,
                 access_log: access_log::AccessLog::start(settings.access_log),
+                memory: Arc::new(memory),
             }),
         }
     }

@@ -1,10 +1,11 @@
 //! What the server knows about one request besides its body: an id for the logs, the protocol
-//! it arrived on, its deadline, and (once an adapter has resolved it) the model version it is
-//! for. The outermost layer of [`crate::overload`] creates a [`RequestContext`] and puts it in
-//! the request's extensions; adapters read the deadline from it and name the model in it; the
-//! same layer reads the model back when it counts the answer.
+//! it arrived on, its deadline, the memory budget its decoded data is charged to, and (once an
+//! adapter has resolved it) the model version it is for. The outermost layer of
+//! [`crate::overload`] creates a [`RequestContext`] and puts it in the request's extensions;
+//! adapters read the deadline from it, charge what their decoded tensors hold, and name the
+//! model in it; the same layer reads the model back when it counts the answer.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -212,6 +213,11 @@ pub struct RequestContext {
     protocol: Protocol,
     deadline: Option<Instant>,
     model: OnceLock<(Arc<str>, u64)>,
+    /// `None`: no overload layer made this context (some tests), so nothing is charged.
+    memory: Option<Arc<dyn MemoryPool>>,
+    /// Set when a charge to `memory` was refused, so that the answer is counted as a refusal
+    /// for memory rather than for a full queue (both are RESOURCE_EXHAUSTED).
+    memory_refused: AtomicBool,
 }
 
 impl RequestContext {
@@ -221,7 +227,38 @@ impl RequestContext {
             protocol,
             deadline,
             model: OnceLock::new(),
+            memory: None,
+            memory_refused: AtomicBool::new(false),
         }
+    }
+
+    /// Charges what the request's decoded data holds beyond its body to `pool`.
+    pub fn with_memory(mut self, pool: Arc<dyn MemoryPool>) -> Self {
+        self.memory = Some(pool);
+        self
+    }
+
+    /// Charges `bytes` more to the request memory budget into `held`, or refuses at once
+    /// when they are more than is left. Nothing is charged without a budget.
+    pub fn hold_memory(&self, bytes: u64, held: &mut HeldMemory) -> Result<(), MemoryRefused> {
+        let Some(pool) = &self.memory else {
+            return Ok(());
+        };
+        match pool.hold(bytes) {
+            Ok(hold) => {
+                held.0.push(hold);
+                Ok(())
+            }
+            Err(refused) => {
+                self.memory_refused.store(true, Ordering::Relaxed);
+                Err(refused)
+            }
+        }
+    }
+
+    /// Whether a charge of [`RequestContext::hold_memory`] was refused.
+    pub fn memory_refused(&self) -> bool {
+        self.memory_refused.load(Ordering::Relaxed)
     }
 
     pub fn id(&self) -> &str {
@@ -268,6 +305,53 @@ impl RequestContext {
     pub fn model_shared(&self) -> Option<(&Arc<str>, u64)> {
         self.model.get().map(|(name, version)| (name, *version))
     }
+}
+
+/// The request memory budget (`--max-inflight-request-bytes`) as adapters see it. Admission
+/// charges a body's estimated footprint before anything decodes it ([`DecodedFootprint`]);
+/// what a decoded tensor holds beyond its bytes is known only once its declared shape is read
+/// (a BYTES input's element count, an input in shared memory), so the adapter charges it to
+/// the same budget then, before building the tensor. Implemented by `crate::overload`.
+pub trait MemoryPool: Send + Sync + std::fmt::Debug {
+    /// Takes `bytes` from the budget until the hold is dropped, or refuses at once.
+    fn hold(&self, bytes: u64) -> Result<MemoryHold, MemoryRefused>;
+}
+
+/// A share of the request memory budget, given back when dropped.
+pub struct MemoryHold {
+    _charge: Box<dyn Send + Sync>,
+}
+
+impl MemoryHold {
+    /// Holds `charge` (whatever gives the share back when dropped).
+    pub fn new(charge: impl Send + Sync + 'static) -> Self {
+        Self {
+            _charge: Box::new(charge),
+        }
+    }
+}
+
+impl std::fmt::Debug for MemoryHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryHold")
+    }
+}
+
+/// The shares of the budget one request's decoded tensors hold, kept with the request and
+/// then its answer, and given back when the answer has been encoded.
+#[derive(Debug, Default)]
+pub struct HeldMemory(Vec<MemoryHold>);
+
+/// A charge the request memory budget could not take.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{needed} more bytes once decoded, more than the {left} bytes left of the server's \
+     {total}-byte budget for requests in flight; retry later or send less"
+)]
+pub struct MemoryRefused {
+    pub needed: u64,
+    pub left: u64,
+    pub total: u64,
 }
 
 /// The memory a request's body will take once decoded, estimated by the transport from the

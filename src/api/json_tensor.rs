@@ -5,9 +5,8 @@
 //! Non-finite floats are written as `NaN`, `Infinity` and `-Infinity`, as TF Serving does.
 
 use base64::Engine;
-use bytes::Bytes;
 
-use crate::tensor::{DataType, DecodeError, Tensor};
+use crate::tensor::{DataType, DecodeError, Strings, Tensor};
 
 /// Writes every element of a tensor as one flat array (KServe's `data`).
 pub fn write_flat(out: &mut Vec<u8>, tensor: &Tensor) -> Result<(), DecodeError> {
@@ -86,7 +85,7 @@ enum Elements<'t> {
     BF16(std::borrow::Cow<'t, [half::bf16]>),
     F32(std::borrow::Cow<'t, [f32]>),
     F64(std::borrow::Cow<'t, [f64]>),
-    Str(&'t [Bytes]),
+    Str(&'t Strings),
 }
 
 impl<'t> Elements<'t> {
@@ -120,12 +119,9 @@ impl<'t> Elements<'t> {
             Self::U32(_) | Self::I32(_) | Self::F32(_) => 14,
             Self::U64(_) | Self::I64(_) | Self::F64(_) => 24,
             Self::Str(v) => {
-                let end = start.saturating_add(count).min(v.len());
                 let bytes: usize = v
-                    .get(start..end)
-                    .unwrap_or_default()
-                    .iter()
-                    .map(Bytes::len)
+                    .range(start, start.saturating_add(count))
+                    .map(<[u8]>::len)
                     .sum();
                 return bytes.saturating_mul(4) / 3 + count.saturating_mul(12);
             }
@@ -152,9 +148,16 @@ impl<'t> Elements<'t> {
             Self::BF16(v) => run(out, v.get(range), |out, h| write_f32(out, h.to_f32())),
             Self::F32(v) => run(out, v.get(range), |out, &f| write_f32(out, f)),
             Self::F64(v) => run(out, v.get(range), |out, &f| write_f64(out, f)),
-            Self::Str(v) => run(out, v.get(range), |out, s| {
-                write_string(out, s, binary_strings)
-            }),
+            Self::Str(v) => {
+                let mut elements = v.range(range.start, range.end);
+                if let Some(first) = elements.next() {
+                    write_string(out, first, binary_strings);
+                }
+                for element in elements {
+                    out.push(b',');
+                    write_string(out, element, binary_strings);
+                }
+            }
         }
     }
 }
@@ -228,6 +231,8 @@ pub fn write_json_str(out: &mut Vec<u8>, text: &str) {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     #[test]

@@ -478,8 +478,7 @@ fn input_value(tensor: &Tensor) -> Result<SessionInputValue<'_>, DecodeError> {
         DataType::F32 => typed_input::<f32>(tensor, shape),
         DataType::F64 => typed_input::<f64>(tensor, shape),
         DataType::String => {
-            let strings = tensor.string_elements().unwrap_or_default();
-            onnx_raw::string_tensor(shape, strings)
+            onnx_raw::string_tensor(shape, tensor.string_elements().unwrap_or_default())
                 .map(SessionInputValue::from)
                 .map_err(DecodeError::Malformed)
         }
@@ -519,7 +518,7 @@ fn output_tensor(value: DynValue) -> Result<Tensor, BackendError> {
         let count = crate::tensor::element_count(&shape)
             .map_err(|err| BackendError::Runtime(err.to_string()))?;
         let strings = onnx_raw::string_elements(&value, count).map_err(BackendError::Runtime)?;
-        Tensor::strings(shape, strings)
+        Tensor::from_strings(shape, strings)
     } else {
         Tensor::dense(
             dtype,

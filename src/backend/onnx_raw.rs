@@ -16,33 +16,45 @@ use std::ptr::NonNull;
 
 use bytes::Bytes;
 use ort::memory::{Allocator, MemoryInfo};
-use ort::value::{DynValue, Tensor as OrtTensor, TensorElementType, Value};
+use ort::value::{DynTensor, DynValue, TensorElementType, Value};
 use ort::AsPointer;
 
 use super::OutputMemory;
+use crate::tensor::Strings;
 
 /// A string tensor holding exactly `strings`, NUL bytes and non-UTF-8 bytes included.
-pub fn string_tensor(shape: Vec<i64>, strings: &[Bytes]) -> Result<DynValue, String> {
-    // The safe constructor makes a tensor of the right shape (and owns its release); its
-    // elements are then resized and filled with the real bytes.
-    let placeholders = vec![""; strings.len()];
-    let mut tensor = OrtTensor::from_string_array((shape, &placeholders[..]))
-        .map_err(|err| err.to_string())?
-        .into_dyn();
+///
+/// The tensor is made empty (its elements are empty `std::string`s) and each non-empty element
+/// is then sized and copied in place: nothing per element is built on our side first. `ort`'s
+/// own constructor would take a `&str` per element and make a NUL-terminated copy of each,
+/// about 70 bytes per element at once for a tensor that then holds 32.
+pub fn string_tensor(shape: Vec<i64>, strings: &Strings) -> Result<DynValue, String> {
+    let elements = shape.iter().try_fold(1usize, |acc, &dim| {
+        usize::try_from(dim).ok().and_then(|d| acc.checked_mul(d))
+    });
+    if elements != Some(strings.len()) {
+        return Err(format!(
+            "a string tensor of shape {shape:?} cannot hold {} elements",
+            strings.len()
+        ));
+    }
+    let mut tensor = DynTensor::new(&Allocator::default(), TensorElementType::String, shape)
+        .map_err(|err| err.to_string())?;
     let api = ort::api();
     let value = tensor.ptr_mut();
     for (index, bytes) in strings.iter().enumerate() {
+        if bytes.is_empty() {
+            continue;
+        }
         let mut buffer: *mut std::ffi::c_char = std::ptr::null_mut();
-        // SAFETY: `value` is a live string tensor with `strings.len()` elements and `index` is
-        // below that; ONNX Runtime resizes the element to `bytes.len()` bytes and returns a
-        // pointer to them, valid until the element is resized again.
+        // SAFETY: `value` is a live string tensor of `strings.len()` elements (checked above)
+        // and `index` is below that; ONNX Runtime resizes the element to
+        // `bytes.len()` bytes and returns a pointer to them, valid until the element is resized
+        // again.
         let status = unsafe {
             (api.GetResizedStringTensorElementBuffer)(value, index, bytes.len(), &mut buffer)
         };
         check(status)?;
-        if bytes.is_empty() {
-            continue;
-        }
         if buffer.is_null() {
             return Err("ONNX Runtime returned no buffer for a string element".into());
         }
@@ -50,17 +62,20 @@ pub fn string_tensor(shape: Vec<i64>, strings: &[Bytes]) -> Result<DynValue, Str
         // above), which cannot overlap `bytes`, a buffer of our own.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buffer.cast::<u8>(), bytes.len()) };
     }
-    Ok(tensor)
+    Ok(tensor.into_dyn())
 }
 
-/// The elements of a string tensor with `count` elements, as raw bytes.
-pub fn string_elements(value: &DynValue, count: usize) -> Result<Vec<Bytes>, String> {
+/// The elements of a string tensor with `count` elements, as raw bytes: one buffer with an
+/// offset per element, as the runtime hands them over.
+pub fn string_elements(value: &DynValue, count: usize) -> Result<Strings, String> {
     let api = ort::api();
     let mut total = 0usize;
     // SAFETY: `value` is a live tensor; ONNX Runtime writes one `usize`.
     check(unsafe { (api.GetStringTensorDataLength)(value.ptr(), &mut total) })?;
     let mut content = vec![0u8; total];
-    let mut offsets = vec![0usize; count];
+    // Room for the end offset `Strings` adds, so that it is never reallocated.
+    let mut offsets = Vec::with_capacity(count + 1);
+    offsets.resize(count, 0usize);
     // SAFETY: `content` has room for `total` bytes and `offsets` for `count` entries, the sizes
     // ONNX Runtime was asked to write; both outlive the call.
     check(unsafe {
@@ -72,16 +87,8 @@ pub fn string_elements(value: &DynValue, count: usize) -> Result<Vec<Bytes>, Str
             count,
         )
     })?;
-    let content = Bytes::from(content);
-    let mut elements = Vec::with_capacity(count);
-    for (i, &start) in offsets.iter().enumerate() {
-        let end = offsets.get(i + 1).copied().unwrap_or(total);
-        if start > end || end > total {
-            return Err("ONNX Runtime returned inconsistent string offsets".into());
-        }
-        elements.push(content.slice(start..end));
-    }
-    Ok(elements)
+    Strings::contiguous(Bytes::from(content), offsets)
+        .map_err(|_| "ONNX Runtime returned inconsistent string offsets".into())
 }
 
 /// An ONNX Runtime tensor of `shape` over `memory`, for the runtime to write an output into.

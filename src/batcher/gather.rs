@@ -2,14 +2,15 @@
 //!
 //! Gathering a dense input costs one copy into one buffer per input: the runtime wants one
 //! contiguous tensor, and the requests' bytes live in separate request buffers. That is the only
-//! copy on the way; string elements are reference-counted `Bytes` and only move. Scattering
-//! is free: each request's outputs are `Bytes::slice`s of the runtime's buffer.
+//! copy on the way; string elements held as handles only move, and packed ones (a wire buffer
+//! with offsets) are copied into one buffer like dense bytes. Scattering is free: each
+//! request's outputs are slices of the runtime's buffer (for strings, a share of its offsets).
 
 use bytes::Bytes;
 
 use super::BatchError;
 use crate::backend::NamedTensor;
-use crate::tensor::{element_count, DataType, DecodeError, Tensor, TensorData};
+use crate::tensor::{element_count, DataType, DecodeError, Strings, Tensor, TensorData};
 
 /// Everything two requests must share to run in one batch: the signature, the outputs asked
 /// for, and each input's name, dtype and shape past dimension 0.
@@ -121,14 +122,14 @@ fn concat(name: &str, parts: Vec<Tensor>) -> Result<Tensor, BatchError> {
             Tensor::dense(dtype, shape, Bytes::from(buffer))?
         }
         None => {
-            let mut strings = Vec::with_capacity(elements);
+            let mut strings = Vec::with_capacity(parts.len());
             for part in parts {
                 match part.into_parts().2 {
-                    TensorData::Strings(values) => strings.extend(values),
+                    TensorData::Strings(values) => strings.push(values),
                     TensorData::Dense(_) => return Err(incompatible()),
                 }
             }
-            Tensor::strings(shape, strings)?
+            Tensor::from_strings(shape, Strings::concat(strings))?
         }
     };
     Ok(merged)
@@ -206,11 +207,12 @@ fn split(
             }
         }
         TensorData::Strings(strings) => {
-            let mut strings = strings.into_iter();
+            let mut start = 0usize;
             for &count in rows {
-                let take = count.saturating_mul(row_elements);
-                let piece: Vec<Bytes> = strings.by_ref().take(take).collect();
-                pieces.push(Tensor::strings(piece_shape(count), piece)?);
+                let end = start.saturating_add(count.saturating_mul(row_elements));
+                let piece = strings.slice(start, end);
+                pieces.push(Tensor::from_strings(piece_shape(count), piece)?);
+                start = end;
             }
         }
     }

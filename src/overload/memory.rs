@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::refusal::Refusal;
-use crate::request::DecodedFootprint;
+use crate::request::{DecodedFootprint, MemoryHold, MemoryPool, MemoryRefused};
 
 /// The default budget: 2 GiB. Room for 16 requests of the largest default body
 /// (`--max-request-bytes`, 64 MiB, charged twice) at once, and for any ordinary mix; a single
@@ -71,6 +71,39 @@ impl MemoryBudget {
     }
 }
 
+/// What an adapter charges once a request's decoded form is known (see
+/// [`crate::request::MemoryPool`]): the same budget, the same rule.
+impl MemoryPool for MemoryBudget {
+    fn hold(&self, bytes: u64) -> Result<MemoryHold, MemoryRefused> {
+        match self.charge(Some(DecodedFootprint(bytes))) {
+            Ok(charge) => Ok(MemoryHold::new(charge)),
+            Err(Refusal::MemoryExhausted {
+                needed,
+                left,
+                total,
+            }) => Err(MemoryRefused {
+                needed,
+                left,
+                total,
+            }),
+            // `charge` refuses for memory only.
+            Err(_) => Err(MemoryRefused {
+                needed: bytes,
+                left: 0,
+                total: self.total,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for MemoryBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBudget")
+            .field("total", &self.total)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A request's share of the [`MemoryBudget`], given back when dropped.
 #[derive(Debug)]
 pub struct MemoryCharge {
@@ -102,6 +135,24 @@ mod tests {
         let budget = MemoryBudget::new(10 * UNIT);
         assert!(budget.charge(Some(DecodedFootprint(u64::MAX))).is_err());
         assert_eq!(budget.left(), 10 * UNIT);
+    }
+
+    #[test]
+    fn holds_for_decoded_data_draw_on_the_same_budget() {
+        let budget = MemoryBudget::new(10 * UNIT);
+        let admitted = budget.charge(Some(DecodedFootprint(4 * UNIT)));
+        let held = budget.hold(5 * UNIT);
+        assert!(admitted.is_ok() && held.is_ok());
+        assert_eq!(
+            budget.hold(2 * UNIT).err(),
+            Some(MemoryRefused {
+                needed: 2 * UNIT,
+                left: UNIT,
+                total: 10 * UNIT
+            })
+        );
+        drop(held);
+        assert_eq!(budget.left(), 6 * UNIT);
     }
 
     #[test]

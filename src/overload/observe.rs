@@ -23,8 +23,10 @@ use tracing::{Instrument, Span};
 use super::access_log::{AccessEntry, AccessLog};
 use super::drain::RequestBody;
 use super::refusal::{BodyUnread, Outcome, Refusal, Refused, Transport};
-use crate::metrics::Metrics;
-use crate::request::{client_timeout, Protocol, RequestContext, RequestIds, REQUEST_ID_HEADER};
+use crate::metrics::{Metrics, RefusalReason};
+use crate::request::{
+    client_timeout, MemoryPool, Protocol, RequestContext, RequestIds, REQUEST_ID_HEADER,
+};
 
 /// What every [`Observe`] service of one server shares.
 pub struct Observer {
@@ -34,6 +36,9 @@ pub struct Observer {
     pub default_timeout: Option<Duration>,
     /// `None`: `--access-log off`.
     pub access_log: Option<AccessLog>,
+    /// The request memory budget, for adapters to charge decoded tensors to through each
+    /// request's context.
+    pub memory: Arc<dyn MemoryPool>,
 }
 
 pub struct Observe<S, B> {
@@ -115,7 +120,9 @@ where
             .ok()
             .and_then(|timeout| timeout.or(self.observer.default_timeout))
             .and_then(|timeout| started.checked_add(timeout));
-        let context = Arc::new(RequestContext::new(id, protocol, deadline));
+        let context = Arc::new(
+            RequestContext::new(id, protocol, deadline).with_memory(self.observer.memory.clone()),
+        );
         let access = self.observer.access_log.is_some().then(|| Access {
             time: SystemTime::now(),
             client: client_address(&request),
@@ -365,7 +372,13 @@ impl Record {
             // The HTTP status is 200 on every gRPC answer; the log shows the gRPC code.
             self.write_access(access, outcome, Some(logged_status(response)), bytes_out);
         }
-        if let Some(reason) = marked.or_else(|| outcome.implied_reason()) {
+        // A charge an adapter made once the request was decoded was refused: the answer is
+        // RESOURCE_EXHAUSTED like a full queue's, and counted for memory.
+        let implied = outcome.implied_reason().map(|reason| match reason {
+            RefusalReason::QueueFull if self.context.memory_refused() => RefusalReason::Memory,
+            other => other,
+        });
+        if let Some(reason) = marked.or(implied) {
             self.observer
                 .metrics
                 .record_refusal(reason, self.context.protocol());

@@ -37,6 +37,25 @@ pub enum DecodeError {
         expected: DataType,
         actual: DataType,
     },
+    #[error(
+        "{count} BYTES elements need {count} 4-byte length prefixes, more than the {bytes} bytes of data can hold"
+    )]
+    BytesPrefixesPastData { count: usize, bytes: usize },
+    #[error("BYTES data ends inside the 4-byte length prefix of element {element}")]
+    BytesPrefixCut { element: usize },
+    #[error("BYTES element {element} claims {len} bytes but only {remaining} remain")]
+    BytesElementPastEnd {
+        element: usize,
+        len: usize,
+        remaining: usize,
+    },
+    /// Found after the declared elements, before anything more is read.
+    #[error(
+        "the shape declares {count} BYTES elements but {extra} more bytes of data follow the last of them"
+    )]
+    BytesPastShape { count: usize, extra: usize },
+    #[error("string element offsets are out of order or past their buffer")]
+    StringOffsetsOutOfOrder,
     #[error("string tensors carry one value per element, not packed bytes")]
     StringNeedsElements,
     #[error("unsupported dtype {0}")]

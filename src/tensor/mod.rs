@@ -2,18 +2,22 @@
 //!
 //! Dense tensors keep their elements as packed little-endian bytes in a [`bytes::Bytes`]: a
 //! slice of the received request buffer, a buffer the runtime produced, or a vector built by a
-//! decoder. Typed access goes through [`Tensor::view`], a cast where alignment allows.
+//! decoder. Typed access goes through [`Tensor::view`], a cast where alignment allows. String
+//! tensors keep [`Strings`]: a handle per element, or the elements in one buffer with an
+//! offset each.
 
 mod dtype;
 mod element;
 mod error;
 mod scan_helpers;
+pub mod strings;
 pub mod tensor_proto;
 
 pub use dtype::DataType;
 pub use element::{BoolByte, Element};
 pub use error::DecodeError;
 pub use scan_helpers::{Lease, ScanHelpers};
+pub use strings::{PrefixedLayout, Strings};
 
 use std::borrow::Cow;
 
@@ -45,7 +49,7 @@ pub enum TensorData {
     /// Packed little-endian elements of a fixed-size type.
     Dense(Bytes),
     /// One byte string per element, in row-major order.
-    Strings(Vec<Bytes>),
+    Strings(Strings),
 }
 
 /// A typed, shaped tensor. The constructors check that the data matches the shape, so code that
@@ -84,6 +88,11 @@ impl Tensor {
 
     /// A string tensor with one element per entry of `strings`.
     pub fn strings(shape: Vec<usize>, strings: Vec<Bytes>) -> Result<Self, DecodeError> {
+        Self::from_strings(shape, Strings::from_handles(strings))
+    }
+
+    /// A string tensor over `strings`, however they are held.
+    pub fn from_strings(shape: Vec<usize>, strings: Strings) -> Result<Self, DecodeError> {
         let count = element_count(&shape)?;
         if strings.len() != count {
             return Err(DecodeError::ElementCountMismatch {
@@ -130,7 +139,7 @@ impl Tensor {
     }
 
     /// The elements of a string tensor.
-    pub fn string_elements(&self) -> Option<&[Bytes]> {
+    pub fn string_elements(&self) -> Option<&Strings> {
         match &self.data {
             TensorData::Strings(strings) => Some(strings),
             TensorData::Dense(_) => None,

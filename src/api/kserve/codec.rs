@@ -4,7 +4,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::proto::inference::InferTensorContents;
-use crate::tensor::{element_count, BoolByte, DataType, DecodeError, Element, Tensor};
+use crate::tensor::{
+    element_count, BoolByte, DataType, DecodeError, Element, PrefixedLayout, Strings, Tensor,
+};
 
 /// The KServe / Triton name of a datatype.
 pub fn datatype_name(dtype: DataType) -> &'static str {
@@ -19,8 +21,9 @@ pub fn parse_datatype(name: &str) -> Result<DataType, DecodeError> {
         .ok_or_else(|| DecodeError::UnsupportedDtype(format!("datatype \"{name}\"")))
 }
 
-/// A tensor over raw bytes: fixed-size types use them in place; BYTES elements are slices of
-/// them. The byte count must match the shape exactly.
+/// A tensor over raw bytes: fixed-size types use them in place; BYTES elements stay in them
+/// too, with an offset each (see [`Strings::length_prefixed`]). The byte count must match the
+/// shape exactly; for BYTES, decoding stops at the first element past the shape's count.
 pub fn from_raw(dtype: DataType, shape: Vec<usize>, raw: Bytes) -> Result<Tensor, DecodeError> {
     if dtype != DataType::String {
         if dtype == DataType::Bool && raw.iter().any(|&b| b > 1) {
@@ -31,50 +34,30 @@ pub fn from_raw(dtype: DataType, shape: Vec<usize>, raw: Bytes) -> Result<Tensor
         return Tensor::dense(dtype, shape, raw);
     }
     let count = element_count(&shape)?;
-    // Each element needs at least its 4-byte length, so a count the bytes cannot hold is
-    // refused before anything is allocated for it.
-    if count > raw.len() / 4 {
-        return Err(DecodeError::Malformed(format!(
-            "shape {shape:?} has {count} BYTES elements but {} bytes of data cannot hold that many length prefixes",
-            raw.len()
-        )));
+    let strings = Strings::length_prefixed(raw, count)?;
+    Tensor::from_strings(shape, strings)
+}
+
+/// What a BYTES tensor decoded from `raw` will make the server hold until its answer is
+/// ready, checked against the shape without allocating; `None` for fixed-size types, which
+/// are used in place and charged as the request's bytes.
+pub fn raw_decoded_cost(
+    dtype: DataType,
+    shape: &[usize],
+    raw: &[u8],
+) -> Result<Option<u64>, DecodeError> {
+    if dtype != DataType::String {
+        return Ok(None);
     }
-    let mut elements = Vec::with_capacity(count);
-    let mut at = 0usize;
-    while at < raw.len() {
-        let header = raw.get(at..at + 4).ok_or_else(|| {
-            DecodeError::Malformed("BYTES data ends inside a 4-byte length prefix".into())
-        })?;
-        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let start = at + 4;
-        let end = start
-            .checked_add(len)
-            .filter(|&end| end <= raw.len())
-            .ok_or_else(|| {
-                DecodeError::Malformed(format!(
-                    "BYTES element {} claims {len} bytes but only {} remain",
-                    elements.len(),
-                    raw.len() - start
-                ))
-            })?;
-        elements.push(raw.slice(start..end));
-        at = end;
-    }
-    if elements.len() != count {
-        return Err(DecodeError::ElementCountMismatch {
-            shape,
-            expected: count,
-            actual: elements.len(),
-        });
-    }
-    Tensor::strings(shape, elements)
+    let layout = PrefixedLayout::scan(raw, element_count(shape)?)?;
+    Ok(Some(layout.decoded_cost()))
 }
 
 /// Size of a tensor's raw encoding.
 pub fn raw_len(tensor: &Tensor) -> usize {
     match (tensor.bytes(), tensor.string_elements()) {
         (Some(bytes), _) => bytes.len(),
-        (None, Some(strings)) => strings.iter().map(|s| 4 + s.len()).sum(),
+        (None, Some(strings)) => 4 * strings.len() + strings.payload_len(),
         (None, None) => 0,
     }
 }
@@ -85,6 +68,9 @@ pub fn to_raw(tensor: &Tensor) -> Bytes {
     match (tensor.bytes(), tensor.string_elements()) {
         (Some(bytes), _) => bytes.clone(),
         (None, Some(strings)) => {
+            if let Some(raw) = strings.as_length_prefixed() {
+                return raw;
+            }
             let mut out = BytesMut::with_capacity(raw_len(tensor));
             for element in strings {
                 // Elements come from the runtime or from a request that was itself limited in

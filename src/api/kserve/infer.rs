@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
+use super::raw_input::raw_input;
 use super::{codec, InferRequest, InferResponse, InputData, InputRequest, OutputResult, ShmRef};
 use crate::backend::OutputTarget;
 use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget};
 use crate::metrics::CopyStage;
 use crate::repository::VersionSelector;
-use crate::request::RequestContext;
+use crate::request::{HeldMemory, RequestContext};
 use crate::shm::{Peer, Region, ShmError};
 use crate::tensor::{element_count, Tensor};
 use crate::wire_error::{InferRequestError, ShmRequestError};
@@ -33,14 +34,19 @@ pub async fn infer(
     // Every region this request reads or writes: a fault in one while the request runs
     // poisons it (see `crate::shm`), and the request must then fail.
     let mut used = Vec::new();
+    // Shared-memory BYTES inputs are charged here, beside the inline inputs' charges.
+    let mut charge = Charge {
+        context,
+        held: request.memory,
+    };
     let timeout = request.timeout;
     let prepared = service
         .prepare_within(target, context, timeout, |_| {
             let mut inputs = Vec::with_capacity(request.inputs.len());
             for mut input in request.inputs {
-                // `resolve_input` has no use for the name: it is moved out, not copied.
+                // The name is moved out, not copied; `resolve_input` borrows it for errors.
                 let name = std::mem::take(&mut input.name);
-                let tensor = resolve_input(service, input, peer, &mut used)
+                let tensor = resolve_input(service, input, &name, peer, &mut used, &mut charge)
                     .map_err(|err| with_input(err, &name))?;
                 inputs.push((name, tensor));
             }
@@ -85,7 +91,14 @@ pub async fn infer(
         model_version: result.model.version,
         id: request.id,
         outputs,
+        memory: charge.held,
     })
+}
+
+/// Where a shared-memory input's decoded cost is charged, and the request's charges so far.
+struct Charge<'c> {
+    context: Option<&'c RequestContext>,
+    held: HeldMemory,
 }
 
 /// Fails if a fault poisoned any region the request used.
@@ -120,8 +133,10 @@ fn with_input(err: Error, name: &str) -> Error {
 fn resolve_input(
     service: &InferService,
     input: InputRequest,
+    name: &str,
     peer: Peer,
     used: &mut Vec<Arc<Region>>,
+    charge: &mut Charge<'_>,
 ) -> Result<Tensor, Error> {
     let target = match input.data {
         InputData::Inline(tensor) => {
@@ -153,7 +168,16 @@ fn resolve_input(
     let region = request_region(service, &target.region, peer)?;
     let bytes = region.view(target.offset, target.byte_size)?;
     used.push(region);
-    Ok(codec::from_raw(input.dtype, input.shape, bytes)?)
+    // The window is the client's memory, not ours, but the runtime copies a BYTES input's
+    // elements into strings of its own: that is charged like an inline input's.
+    raw_input(
+        name,
+        input.dtype,
+        input.shape,
+        bytes,
+        charge.context,
+        &mut charge.held,
+    )
 }
 
 /// The region a request names, among those `peer` may see. An unknown name makes the request

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use super::grpc::params;
+use super::raw_input::raw_input;
 use super::{
     codec, infer, scheduling_params, InferRequest, InferResponse, InputData, InputRequest,
     OutputRequest, ShmRef,
@@ -13,14 +14,18 @@ use crate::infer::InferService;
 use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_infer_response::InferOutputTensor;
 use crate::proto::inference::{self as pb, InferParameter};
-use crate::request::RequestContext;
+use crate::request::{HeldMemory, RequestContext};
 use crate::shm::Peer;
 use crate::tensor::shape_from_dims;
 use crate::wire_error::InferRequestError;
 
 /// Decodes `ModelInfer`: raw contents (one entry per input not in shared memory, in order)
 /// are used in place; typed contents are converted.
-fn decode_request(request: pb::ModelInferRequest) -> Result<InferRequest, Error> {
+fn decode_request(
+    request: pb::ModelInferRequest,
+    context: Option<&RequestContext>,
+) -> Result<InferRequest, Error> {
+    let mut memory = HeldMemory::default();
     let mut raw = request.raw_input_contents.into_iter();
     let raw_count = raw.len();
     let mut used_raw = 0usize;
@@ -43,9 +48,14 @@ fn decode_request(request: pb::ModelInferRequest) -> Result<InferRequest, Error>
                     .next()
                     .ok_or(InferRequestError::TooFewRawContents(raw_count))?;
                 used_raw += 1;
-                InputData::Inline(
-                    codec::from_raw(dtype, shape.clone(), bytes).map_err(|e| e.in_input(&name))?,
-                )
+                InputData::Inline(raw_input(
+                    &name,
+                    dtype,
+                    shape.clone(),
+                    bytes,
+                    context,
+                    &mut memory,
+                )?)
             }
             (None, Some(contents), false) => InputData::Inline(
                 codec::from_contents(dtype, shape.clone(), contents)
@@ -88,6 +98,7 @@ fn decode_request(request: pb::ModelInferRequest) -> Result<InferRequest, Error>
         binary_by_default: false,
         priority,
         timeout,
+        memory,
     })
 }
 
@@ -138,7 +149,7 @@ pub(super) async fn model_infer(
     peer: Peer,
     context: Option<&RequestContext>,
 ) -> Result<pb::ModelInferResponse, Error> {
-    let decoded = decode_request(request)?;
+    let decoded = decode_request(request, context)?;
     Ok(encode_response(
         infer(service, decoded, peer, context).await?,
     ))

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 
 use super::http::{connection_peer, Connection, Reply, Shared};
-use super::infer_json::decode_infer_body;
+use super::infer_json::decode_infer_body_charged;
 use super::{codec, infer, InferRequest, InferResponse};
 use crate::api::heavy::{json_text_estimate, run_heavy};
 use crate::api::json_tensor::{write_flat, write_json_str};
@@ -100,7 +100,7 @@ pub(super) async fn run_infer(
         model,
         version,
         ..run_heavy(header.len(), || {
-            decode_infer_body(&header, binary, s.limits())
+            decode_infer_body_charged(&header, binary, s.limits(), context)
         })?
     };
     // The JSON text is decoded: let it go before the model runs and the answer is written, so

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::http::{params, string_field};
 use super::infer_body::{Entry, InferBody, Inputs};
 use super::infer_lift::{lift, Lifted};
+use super::raw_input::raw_input;
 use super::{
     codec, param_bool, scheduling_params, InferRequest, InputData, InputRequest, OutputRequest,
     Param, Params, ShmRef,
@@ -17,6 +18,7 @@ use super::{
 use crate::api::json_body;
 use crate::api::json_decode::{decode_flat, decode_flat_unparsed};
 use crate::error::Error;
+use crate::request::{HeldMemory, RequestContext};
 use crate::tensor::{shape_from_dims, DecodeLimits};
 use crate::wire_error::{BodyError, InferRequestError};
 
@@ -32,12 +34,25 @@ pub fn decode_infer_body(
     binary: Bytes,
     limits: &DecodeLimits,
 ) -> Result<InferRequest, Error> {
-    if let Some(request) = lift(json).and_then(|lifted| decode_lifted(&lifted, &binary, limits)) {
+    decode_infer_body_charged(json, binary, limits, None)
+}
+
+/// [`decode_infer_body`] for a request with a `context`: what a BYTES input in the binary
+/// part holds once decoded is charged to the request memory budget before it is built, and
+/// the charge travels with the request ([`InferRequest::memory`]).
+pub fn decode_infer_body_charged(
+    json: &[u8],
+    binary: Bytes,
+    limits: &DecodeLimits,
+    context: Option<&RequestContext>,
+) -> Result<InferRequest, Error> {
+    let lifted = lift(json).and_then(|lifted| decode_lifted(&lifted, &binary, limits, context));
+    if let Some(request) = lifted {
         return Ok(request);
     }
     let mut rewritten = Vec::new();
     let request = parse_infer_body(json, &mut rewritten)?;
-    decode_request(&request, None, binary, limits)
+    decode_request(&request, None, binary, limits, context)
 }
 
 /// The request from a lifted body, if its envelope parses, every lifted list is claimed by
@@ -47,6 +62,7 @@ fn decode_lifted(
     lifted: &Lifted<'_>,
     binary: &Bytes,
     limits: &DecodeLimits,
+    context: Option<&RequestContext>,
 ) -> Option<InferRequest> {
     let request: InferBody = serde_json::from_slice(lifted.envelope()).ok()?;
     let Some(Inputs::List(inputs)) = &request.inputs else {
@@ -62,7 +78,7 @@ fn decode_lifted(
     if claimed != lifted.len() {
         return None;
     }
-    decode_request(&request, Some(lifted), binary.clone(), limits).ok()
+    decode_request(&request, Some(lifted), binary.clone(), limits, context).ok()
 }
 
 /// The infer request envelope, read in one pass; tensor data stays text until its input's
@@ -127,6 +143,7 @@ fn decode_request(
     lifted: Option<&Lifted<'_>>,
     binary: Bytes,
     limits: &DecodeLimits,
+    context: Option<&RequestContext>,
 ) -> Result<InferRequest, Error> {
     let id = match small(request.id) {
         None => String::new(),
@@ -138,10 +155,17 @@ fn decode_request(
         return Err(InferRequestError::NoInputs.into());
     };
     let mut cursor = 0usize;
+    let mut memory = HeldMemory::default();
+    let mut binary_part = BinaryPart {
+        bytes: &binary,
+        cursor: &mut cursor,
+        context,
+        memory: &mut memory,
+    };
     let inputs = inputs
         .iter()
         .enumerate()
-        .map(|(i, input)| decode_input(i, input, lifted, &binary, &mut cursor, limits))
+        .map(|(i, input)| decode_input(i, input, lifted, &mut binary_part, limits))
         .collect::<Result<Vec<_>, _>>()?;
     if cursor != binary.len() {
         return Err(BodyError::UnclaimedBinary(binary.len() - cursor).into());
@@ -165,15 +189,25 @@ fn decode_request(
         binary_by_default: all_binary,
         priority,
         timeout,
+        memory,
     })
+}
+
+/// The binary-extension bytes after the JSON part, read input by input, and what the BYTES
+/// inputs among them are charged.
+struct BinaryPart<'b> {
+    bytes: &'b Bytes,
+    /// Where the next input's bytes start.
+    cursor: &'b mut usize,
+    context: Option<&'b RequestContext>,
+    memory: &'b mut HeldMemory,
 }
 
 fn decode_input(
     index: usize,
     input: &Entry<'_>,
     lifted: Option<&Lifted<'_>>,
-    binary: &Bytes,
-    cursor: &mut usize,
+    binary: &mut BinaryPart<'_>,
     limits: &DecodeLimits,
 ) -> Result<InputRequest, Error> {
     // The descriptions only errors use are written when one occurs.
@@ -214,15 +248,21 @@ fn decode_input(
     let data = match (shm, binary_size, data) {
         (Some(shm), _, _) => InputData::SharedMemory(shm),
         (None, Some(size), _) => {
-            let end = cursor
+            let end = binary
+                .cursor
                 .checked_add(size)
-                .filter(|&end| end <= binary.len())
+                .filter(|&end| end <= binary.bytes.len())
                 .ok_or_else(|| InferRequestError::BinaryPastEnd { what: what(), size })?;
-            let raw = binary.slice(*cursor..end);
-            *cursor = end;
-            InputData::Inline(
-                codec::from_raw(dtype, shape.clone(), raw).map_err(|e| e.in_input(&name))?,
-            )
+            let raw = binary.bytes.slice(*binary.cursor..end);
+            *binary.cursor = end;
+            InputData::Inline(raw_input(
+                &name,
+                dtype,
+                shape.clone(),
+                raw,
+                binary.context,
+                binary.memory,
+            )?)
         }
         (None, None, Some(data)) => {
             let decoded = match lifted.and_then(|lifted| lifted.list(data)) {
@@ -270,7 +310,7 @@ mod tests {
     fn general(json: &[u8], binary: Bytes) -> Result<InferRequest, Error> {
         let mut rewritten = Vec::new();
         let request = parse_infer_body(json, &mut rewritten)?;
-        decode_request(&request, None, binary, &DecodeLimits::default())
+        decode_request(&request, None, binary, &DecodeLimits::default(), None)
     }
 
     fn outcome(result: Result<InferRequest, Error>) -> String {
@@ -325,9 +365,9 @@ mod tests {
             // The first four are well formed: the lifted route must take them itself.
             let plain = format!(r#"{{"inputs": [{body}]}}"#);
             let lifted = lift(plain.as_bytes());
-            let taken = lifted
-                .as_ref()
-                .and_then(|lifted| decode_lifted(lifted, &Bytes::new(), &DecodeLimits::default()));
+            let taken = lifted.as_ref().and_then(|lifted| {
+                decode_lifted(lifted, &Bytes::new(), &DecodeLimits::default(), None)
+            });
             assert_eq!(taken.is_some(), index < 4, "{index}: {:.200}", plain);
             for json in [
                 format!(r#"{{"inputs": [{body}]}}"#),

@@ -16,6 +16,7 @@ pub mod infer_lift;
 mod message_footprint;
 mod metadata;
 mod model_info;
+mod raw_input;
 mod repository;
 mod shared_memory;
 mod statistics;
@@ -35,6 +36,7 @@ use std::time::Duration;
 
 use crate::batcher::Priority;
 use crate::error::Error;
+use crate::request::HeldMemory;
 use crate::tensor::{DataType, Tensor};
 use crate::wire_error::ParamError;
 
@@ -183,6 +185,9 @@ pub struct InferRequest {
     pub priority: Priority,
     /// The `timeout` request parameter (microseconds, as Triton's clients send it).
     pub timeout: Option<Duration>,
+    /// What the decoded inputs hold beyond the body, charged to the request memory budget;
+    /// passed on to the answer, and given back once it is encoded.
+    pub memory: HeldMemory,
 }
 
 /// The request-level parameters this server acts on: `priority` and `timeout`.
@@ -209,4 +214,6 @@ pub struct InferResponse {
     pub model_version: u64,
     pub id: String,
     pub outputs: Vec<OutputResult>,
+    /// The request's charge for its decoded inputs, held until this is encoded.
+    pub memory: HeldMemory,
 }

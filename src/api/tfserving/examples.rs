@@ -727,7 +727,7 @@ mod tests {
         // A feature named after the input does not change what such a signature receives.
         let one = sig(vec![TensorSpec::new("x", DataType::String, vec![-1])]);
         let inputs = examples.serialized_inputs(&one, CLASSIFY, &DecodeLimits::default());
-        let rows = inputs.map(|i| i[0].1.string_elements().map(<[_]>::len));
+        let rows = inputs.map(|i| i[0].1.string_elements().map(crate::tensor::Strings::len));
         assert!(matches!(rows, Ok(Some(1))));
     }
 
@@ -743,7 +743,7 @@ mod tests {
         assert_eq!(rows.len(), 1);
         let decoded = rows
             .first()
-            .map(|row| Example::decode(row.clone()))
+            .map(Example::decode)
             .transpose()
             .ok()
             .flatten()

@@ -122,7 +122,8 @@ fn strings(
         .map(|bytes| std::str::from_utf8(bytes).ok().map(str::to_owned))
         .collect();
     let Some(values) = text else {
-        return binary(dims, elements);
+        // One handle per element: the binary path builds TensorFlow's strings from a list.
+        return binary(dims, &elements.to_vec());
     };
     TfTensor::<String>::new(dims)
         .with_values(&values)
