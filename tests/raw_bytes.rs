@@ -111,6 +111,38 @@ async fn http_binary(
         .await
 }
 
+/// A model folder of its own holding `echo_string` with two instances, so that a second
+/// request can reach the runtime while the first is held at the gate; removed when dropped.
+struct TwoInstances(PathBuf);
+
+impl TwoInstances {
+    fn new() -> std::io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("tensorport-raw-bytes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let version = dir.join("echo_string").join("1");
+        std::fs::create_dir_all(&version)?;
+        std::fs::copy(
+            common::repo_path("tests/models/echo_string/1/model.onnx"),
+            version.join("model.onnx"),
+        )?;
+        std::fs::write(
+            dir.join("echo_string").join("config.toml"),
+            "[instances]\ncount = 2\n",
+        )?;
+        Ok(Self(dir))
+    }
+
+    fn path(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for TwoInstances {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A file under /dev/shm holding `contents`, removed when dropped.
 struct ShmObject {
     key: String,
@@ -186,6 +218,15 @@ fn shm_request(shape: Vec<i64>, region: &str, byte_size: usize) -> ModelInferReq
     }
 }
 
+/// The refusal a request must get (a served answer, megabytes of echoed elements, is not
+/// printed).
+fn refusal<T>(answer: Result<tonic::Response<T>, tonic::Status>) -> tonic::Status {
+    match answer {
+        Ok(_) => panic!("served, not refused"),
+        Err(status) => status,
+    }
+}
+
 /// The refusal of data past the shape: INVALID_ARGUMENT naming the input, the declared count
 /// and what follows it, and nothing about the bad prefix further on (which the decoder must
 /// not have reached).
@@ -203,10 +244,11 @@ async fn bytes_past_the_declared_shape_are_refused_without_being_read() -> TestR
     let server = TestServer::start_with(MODELS, BatchSettings::default(), with_budget(0)).await;
 
     let mut client = grpc_client(&server).await;
-    let refused = client
-        .model_infer(raw_request(shape_of(1), past_the_shape(more)))
-        .await
-        .expect_err("refused");
+    let refused = refusal(
+        client
+            .model_infer(raw_request(shape_of(1), past_the_shape(more)))
+            .await,
+    );
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
     assert_stopped_at_the_shape(refused.message(), more);
 
@@ -218,10 +260,11 @@ async fn bytes_past_the_declared_shape_are_refused_without_being_read() -> TestR
     let object = ShmObject::new("past", &past_the_shape(more));
     let size = 4 * (2 + more);
     register(&mut client, "past", &object, size).await?;
-    let refused = client
-        .model_infer(shm_request(shape_of(1), "past", size))
-        .await
-        .expect_err("refused");
+    let refused = refusal(
+        client
+            .model_infer(shm_request(shape_of(1), "past", size))
+            .await,
+    );
     assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
     assert_stopped_at_the_shape(refused.message(), more);
     unregister(&mut client, "past").await?;
@@ -250,10 +293,11 @@ async fn a_bytes_input_whose_decoded_form_exceeds_the_budget_is_refused_though_i
     let raw = || vec![0u8; 4 * count];
 
     let mut client = grpc_client(&server).await;
-    let refused = client
-        .model_infer(raw_request(shape_of(count), raw()))
-        .await
-        .expect_err("refused");
+    let refused = refusal(
+        client
+            .model_infer(raw_request(shape_of(count), raw()))
+            .await,
+    );
     assert_eq!(
         refused.code(),
         tonic::Code::ResourceExhausted,
@@ -304,14 +348,15 @@ async fn a_bytes_input_whose_decoded_form_exceeds_the_budget_is_refused_though_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_memory_bytes_input_is_charged_while_it_runs() -> TestResult {
     // 100 k empty elements: a 400 kB window named by a request of a few hundred bytes, and
-    // more than 10 MB once decoded. The budget has room for one such request, not two.
+    // about 9 MB once decoded. The budget has room for one such request, not two.
     let count = 100_000;
     let size = 4 * count;
     let gate = Gate::new();
+    let models = TwoInstances::new()?;
     let server = TestServer::start_decorated(
-        MODELS,
+        &models.path(),
         BatchSettings::default(),
-        with_budget(20 << 20),
+        with_budget(12 << 20),
         Some(gate.decorator("echo_string")),
     )
     .await;
@@ -331,11 +376,11 @@ async fn a_shared_memory_bytes_input_is_charged_while_it_runs() -> TestResult {
     });
     gate.wait_for_waiting(1).await;
 
-    // Refused while the first holds its charge. Were it not charged, it would queue behind
-    // the gate instead: seen as a second run waiting there, not as a hang.
+    // Refused while the first holds its charge. Were it not charged, it would run on the
+    // second instance and wait at the gate too: seen as a second run waiting there.
     let second = client.model_infer(shm_request(shape_of(count), "held", size));
     let refused = tokio::select! {
-        answer = second => answer.expect_err("refused"),
+        answer = second => refusal(answer),
         () = gate.wait_for_waiting(2) => panic!("a second window was not charged: it reached the model"),
     };
     assert_eq!(
@@ -365,10 +410,11 @@ async fn a_shared_memory_bytes_input_is_charged_while_it_runs() -> TestResult {
     let big = 1 << 20;
     let object = ShmObject::new("big", &vec![0u8; 4 * big]);
     register(&mut client, "big", &object, 4 * big).await?;
-    let refused = client
-        .model_infer(shm_request(shape_of(big), "big", 4 * big))
-        .await
-        .expect_err("refused");
+    let refused = refusal(
+        client
+            .model_infer(shm_request(shape_of(big), "big", 4 * big))
+            .await,
+    );
     assert_eq!(
         refused.code(),
         tonic::Code::ResourceExhausted,

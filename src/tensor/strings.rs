@@ -14,20 +14,38 @@ use super::DecodeError;
 /// Bytes one element of the packed form takes: its offset.
 const OFFSET_BYTES: u64 = std::mem::size_of::<usize>() as u64;
 
-/// What ONNX Runtime holds per string element of a tensor: a `std::string` (32 bytes with
-/// libstdc++; strings of up to 15 bytes live inside it), and for a longer one the allocator's
-/// overhead on its heap copy (up to 24 bytes: a header and the rounding to 16), besides the
-/// copy itself.
-const RUNTIME_ELEMENT_BYTES: u64 = 32 + 24;
+/// What ONNX Runtime holds per string element of a tensor: a `std::string`, 32 bytes with
+/// libstdc++, inside which strings of up to [`INLINE_STRING_BYTES`] live.
+const RUNTIME_STRING_BYTES: u64 = 32;
 
-/// Charged per element decoded from length-prefixed data: its offset and the runtime's
-/// string, and as much again for an output that echoes it (the runtime's output tensor and
-/// the offsets it is read into). Measured with `echo_string`: 8 Mi empty elements in 32 MiB
-/// grow the server by about 90 bytes each (docs/BENCHMARKS.md), within this.
-pub const PREFIXED_ELEMENT_BYTES: u64 = 2 * (OFFSET_BYTES + RUNTIME_ELEMENT_BYTES);
+/// The longest string a `std::string` holds without a heap copy (libstdc++).
+const INLINE_STRING_BYTES: usize = 15;
 
-/// Charged per byte of the elements' data: the runtime's copy, and an echoing output's.
-pub const PREFIXED_PAYLOAD_COPIES: u64 = 2;
+/// The allocator's overhead on the heap copy of a longer string, at most: its 8-byte header
+/// and the rounding of the block to 16 bytes, counting the copy's terminating NUL.
+const HEAP_COPY_OVERHEAD: u64 = 24;
+
+/// The length prefix an element takes in an encoded answer.
+const PREFIX_BYTES: u64 = 4;
+
+/// Charged per element decoded from length-prefixed data: its offset here and the runtime's
+/// string for it, and as much again for an output that echoes it, whose encoded answer then
+/// holds a length prefix per element twice (the encoding, and the response body it is
+/// copied into). Measured with `echo_string` (scripts/raw_bytes_rss.py): 8 Mi empty elements
+/// in 32 MiB grow the server by 77 bytes each, the body included.
+pub const PREFIXED_ELEMENT_BYTES: u64 =
+    2 * (OFFSET_BYTES + RUNTIME_STRING_BYTES) + 2 * PREFIX_BYTES;
+
+/// Charged on top per element too long to live inside its `std::string`: the allocator's
+/// overhead on the runtime's heap copy, and on an echoing output's.
+pub const PREFIXED_LONG_ELEMENT_BYTES: u64 = 2 * HEAP_COPY_OVERHEAD;
+
+/// Charged per byte of the elements' data: the runtime's copy, and an echoing output's four
+/// (the runtime's, the buffer it is read into, the encoded answer and the response body). The
+/// data itself stays where it arrived: in the request's body, charged at admission, or in the
+/// client's shared memory. Measured: 1 Mi elements of 28 bytes in a shared-memory window grow
+/// the server by 225 bytes each, against 276 charged.
+pub const PREFIXED_PAYLOAD_COPIES: u64 = 5;
 
 /// The elements of a string tensor, in row-major order.
 #[derive(Debug, Clone)]
@@ -52,6 +70,8 @@ enum Repr {
 pub struct PrefixedLayout {
     /// Elements.
     pub count: usize,
+    /// Elements longer than a `std::string` holds inline.
+    pub long: usize,
     /// Bytes of the elements themselves, without their prefixes.
     pub payload: usize,
 }
@@ -63,8 +83,11 @@ impl PrefixedLayout {
     pub fn scan(raw: &[u8], count: usize) -> Result<Self, DecodeError> {
         check_prefix_room(raw.len(), count)?;
         let mut at = 0usize;
+        let mut long = 0usize;
         for element in 0..count {
-            at = element_end(raw, at, element)?;
+            let end = element_end(raw, at, element)?;
+            long += usize::from(end - at - 4 > INLINE_STRING_BYTES);
+            at = end;
         }
         if at != raw.len() {
             return Err(DecodeError::BytesPastShape {
@@ -74,19 +97,21 @@ impl PrefixedLayout {
         }
         Ok(Self {
             count,
+            long,
             // Every element took 4 bytes of prefix, and `count <= raw.len() / 4`.
             payload: raw.len() - count * 4,
         })
     }
 
     /// What decoding this data and running a model on it makes the server hold, beyond the
-    /// data itself: see [`PREFIXED_ELEMENT_BYTES`] and [`PREFIXED_PAYLOAD_COPIES`].
+    /// data itself: see [`PREFIXED_ELEMENT_BYTES`], [`PREFIXED_LONG_ELEMENT_BYTES`] and
+    /// [`PREFIXED_PAYLOAD_COPIES`].
     pub fn decoded_cost(&self) -> u64 {
-        let count = u64::try_from(self.count).unwrap_or(u64::MAX);
-        let payload = u64::try_from(self.payload).unwrap_or(u64::MAX);
-        count
+        let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        wide(self.count)
             .saturating_mul(PREFIXED_ELEMENT_BYTES)
-            .saturating_add(payload.saturating_mul(PREFIXED_PAYLOAD_COPIES))
+            .saturating_add(wide(self.long).saturating_mul(PREFIXED_LONG_ELEMENT_BYTES))
+            .saturating_add(wide(self.payload).saturating_mul(PREFIXED_PAYLOAD_COPIES))
     }
 }
 
@@ -495,19 +520,21 @@ mod tests {
     }
 
     #[test]
-    fn the_cost_counts_elements_and_payload() -> Result<(), DecodeError> {
-        let raw = prefixed(&[b"abcd", b""]);
-        let layout = PrefixedLayout::scan(&raw, 2)?;
+    fn the_cost_counts_elements_long_ones_and_payload() -> Result<(), DecodeError> {
+        let long = [7u8; 16];
+        let raw = prefixed(&[b"abcd", b"", &long, &long[..15]]);
+        let layout = PrefixedLayout::scan(&raw, 4)?;
         assert_eq!(
             layout,
             PrefixedLayout {
-                count: 2,
-                payload: 4
+                count: 4,
+                long: 1,
+                payload: 35
             }
         );
         assert_eq!(
             layout.decoded_cost(),
-            2 * PREFIXED_ELEMENT_BYTES + 4 * PREFIXED_PAYLOAD_COPIES
+            4 * PREFIXED_ELEMENT_BYTES + PREFIXED_LONG_ELEMENT_BYTES + 35 * PREFIXED_PAYLOAD_COPIES
         );
         Ok(())
     }

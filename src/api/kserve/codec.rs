@@ -200,6 +200,38 @@ mod tests {
     }
 
     #[test]
+    fn bytes_decoding_stops_at_the_first_element_past_the_shape() {
+        // One declared element, a million more, then a prefix claiming 4 GiB: a decoder that
+        // read on would report the bad prefix (and would have made a million elements first).
+        let mut raw = vec![0u8; 4 * 1_000_001];
+        raw.extend_from_slice(&u32::MAX.to_le_bytes());
+        let expected = DecodeError::BytesPastShape {
+            count: 1,
+            extra: 4_000_004,
+        };
+        assert_eq!(
+            raw_decoded_cost(DataType::String, &[1], &raw),
+            Err(expected.clone())
+        );
+        assert_eq!(
+            from_raw(DataType::String, vec![1], Bytes::from(raw)),
+            Err(expected)
+        );
+    }
+
+    #[test]
+    fn only_bytes_have_a_decoded_cost() -> Result<(), DecodeError> {
+        let raw = [0u8; 16];
+        assert_eq!(raw_decoded_cost(DataType::F32, &[4], &raw)?, None);
+        let cost = raw_decoded_cost(DataType::String, &[2, 2], &raw)?;
+        assert_eq!(
+            cost,
+            Some(4 * crate::tensor::strings::PREFIXED_ELEMENT_BYTES)
+        );
+        Ok(())
+    }
+
+    #[test]
     fn raw_fixed_types_are_used_in_place() -> Result<(), DecodeError> {
         let raw = Bytes::from(vec![0u8; 8]);
         let tensor = from_raw(DataType::F32, vec![2], raw.clone())?;
