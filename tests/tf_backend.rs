@@ -191,13 +191,7 @@ fn classification_and_regression_signatures_parse_serialized_examples() {
         .unwrap();
     let labels: Vec<String> =
         serde_json::from_value(reference["classification"]["classes"]["data"].clone()).unwrap();
-    let got: Vec<&[u8]> = outputs[0]
-        .1
-        .string_elements()
-        .unwrap()
-        .iter()
-        .map(|b| b.as_ref())
-        .collect();
+    let got: Vec<&[u8]> = outputs[0].1.string_elements().unwrap().iter().collect();
     assert_eq!(outputs[0].1.shape(), &[4, 3]);
     assert_eq!(got, labels.iter().map(|l| l.as_bytes()).collect::<Vec<_>>());
     let (shape, want) = floats(&reference["classification"]["scores"]);
