@@ -426,3 +426,48 @@ async fn a_shared_memory_bytes_input_is_charged_while_it_runs() -> TestResult {
     server.stop().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_message_whose_bytes_exceed_the_budget_once_decoded_is_refused_in_the_stream(
+) -> TestResult {
+    // As the call above, as one message of a ModelStreamInfer stream, which stays open.
+    let count = 1 << 20;
+    let server =
+        TestServer::start_with(MODELS, BatchSettings::default(), with_budget(64 << 20)).await;
+    let client = grpc_client(&server).await;
+    let (send, messages) = futures::channel::mpsc::unbounded();
+    let mut answers = client
+        .clone()
+        .model_stream_infer(messages)
+        .await?
+        .into_inner();
+    let mut big = raw_request(shape_of(count), vec![0u8; 4 * count]);
+    big.id = "big".into();
+    send.unbounded_send(big)?;
+    let refused = answers.message().await?.expect("an answer");
+    assert!(
+        refused.error_message.starts_with("RESOURCE_EXHAUSTED")
+            && refused.error_message.contains("once decoded"),
+        "{}",
+        refused.error_message
+    );
+    assert_eq!(refused.infer_response.map(|r| r.id), Some("big".to_owned()));
+
+    let raw = length_prefixed([&b"a"[..], b""]);
+    send.unbounded_send(raw_request(shape_of(2), raw.clone()))?;
+    let answer = answers.message().await?.expect("an answer");
+    assert_eq!(answer.error_message, "");
+    assert_eq!(
+        answer.infer_response.map(|r| r.raw_output_contents),
+        Some(vec![Bytes::from(raw)])
+    );
+    assert_eq!(
+        server
+            .metrics
+            .refusals(RefusalReason::Memory, Protocol::KserveGrpc),
+        1
+    );
+    drop(send);
+    server.stop().await;
+    Ok(())
+}

@@ -137,7 +137,10 @@ impl StreamGate {
         let id = self.observer.ids.for_request(&self.headers);
         let protocol = Protocol::of_grpc_path(self.path);
         let span = request_span(&id, protocol, self.path);
-        let context = Arc::new(RequestContext::new(id, protocol, deadline));
+        // The message's decoded tensors are charged to the budget through its own context.
+        let context = Arc::new(
+            RequestContext::new(id, protocol, deadline).with_memory(self.observer.memory.clone()),
+        );
 
         let mut request = Request::new(work(context.clone()));
         *request.headers_mut() = self.headers.clone();
