@@ -8,6 +8,10 @@
 //! RESOURCE_EXHAUSTED) a request that would go past what is left, never waiting, like the
 //! concurrency limit beside it. The charge is held by a [`MemoryCharge`] until the request's
 //! answer is ready, by which time its decoded form has been dropped.
+//!
+//! What only a decoded shape tells (a raw BYTES input's element count, an input in shared
+//! memory) is charged to the same budget by the adapter that reads it, through the request's
+//! context ([`crate::request::MemoryPool`]), before the tensor is built; same rule.
 
 use std::sync::Arc;
 
