@@ -30,7 +30,7 @@ pub enum ConfineError {
     NotPlain(String),
     /// Holds the name escaped (`\n`, `\u{1b}`): a name that reaches a log or a message raw
     /// could forge lines of its own or drive the reader's terminal.
-    #[error("model name \"{0}\" contains a control character; a model name is plain text")]
+    #[error("model name \"{0}\" is not a plain name: it contains a control character")]
     ControlCharacter(String),
     #[error(
         "model '{0}': base_path is not an existing folder under the model directory or under a \
