@@ -4,8 +4,10 @@
 //!
 //! Shutdown, in order: readiness turns false (HTTP probes answer 503, gRPC health
 //! NOT_SERVING); after `shutdown_delay` the listeners close, so new connections are refused;
-//! requests in flight, and those queued behind them in the batchers, finish (up to `drain`);
-//! then [`run`] returns `Ok` and the process exits 0. Idle connections are closed at once.
+//! requests in flight, and those queued behind them in the batchers, finish (up to `drain`),
+//! and so do requests that reach a connection already open (HTTP/2 connections are told
+//! GOAWAY, HTTP/1.1 answers say `Connection: close`; see [`crate::transport`]); then [`run`]
+//! returns `Ok` and the process exits 0. Idle connections close once nothing is in flight.
 //!
 //! Accepting and serving connections (TLS, the connection cap, the timeouts) is
 //! [`crate::transport`]'s; this module decides what each port serves.

@@ -118,7 +118,7 @@ pub async fn run<W: Wire, S: App<W>>(
             alive: alive.clone(),
         }));
     }
-    // Closing the listener refuses new connections; those open finish their requests.
+    // Closing the listener refuses new connections; those open drain (see `drain`).
     drop(listener);
     drop(alive);
     let _ = all_ended.recv().await;

@@ -1,35 +1,33 @@
 //! What one connection is doing, for its two timers: how long it may sit with no request in
 //! flight (the idle timeout), and how long an HTTP/1 request head may take to arrive once its
-//! first byte has (the header-read timeout).
+//! first byte has (the header-read timeout); and, for the drain, whether it is idle and which
+//! protocol it speaks.
 //!
 //! hyper's own HTTP/1 header timer starts as soon as a kept-alive connection waits for its
 //! next request, which would make every idle HTTP/1 connection close after the header-read
-//! timeout however long the idle timeout is. So the connection's reads are watched instead:
-//! bytes that arrive while nothing is in flight start the header timer.
+//! timeout however long the idle timeout is. So the connection's reads are watched instead
+//! ([`super::watched`]): bytes that arrive while nothing is in flight start the header timer.
 //!
 //! Requests only write down when things happened; nothing is woken. The timer wakes on its
 //! own, at the earliest moment either limit could run out, and reads the record then, so a
 //! busy connection costs a lock per change and a wake-up per header-read timeout, not a
 //! wake-up per request.
 
-use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-/// The start of every HTTP/2 connection (RFC 9113, section 3.4).
-const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use super::drain::Traffic;
 
 /// The shortest time between two checks, should either limit be set to next to nothing.
 const MIN_CHECK: Duration = Duration::from_millis(1);
 
-#[derive(Clone, Copy)]
 struct Load {
     /// Requests in flight.
     busy: usize,
@@ -37,6 +35,8 @@ struct Load {
     idle_since: Instant,
     /// When bytes of a request head arrived while nothing was in flight.
     head_started: Option<Instant>,
+    /// Whether the client speaks HTTP/2, once its first bytes have said.
+    http2: Option<bool>,
 }
 
 impl Load {
@@ -61,40 +61,83 @@ pub enum Expired {
     SlowHead,
 }
 
+struct Shared {
+    load: Mutex<Load>,
+    /// Set once the server drains: HTTP/1 answers then close their connection.
+    draining: AtomicBool,
+    traffic: Arc<Traffic>,
+}
+
 #[derive(Clone)]
-pub struct Activity(Arc<Mutex<Load>>);
-
-impl Default for Activity {
-    fn default() -> Self {
-        Self(Arc::new(Mutex::new(Load {
-            busy: 0,
-            idle_since: Instant::now(),
-            head_started: None,
-        })))
-    }
-}
-
-/// The record; a panic while it was held cannot leave it inconsistent (each change is one
-/// assignment), so a poisoned lock is used as it is.
-fn record(load: &Mutex<Load>) -> MutexGuard<'_, Load> {
-    load.lock().unwrap_or_else(PoisonError::into_inner)
-}
+pub struct Activity(Arc<Shared>);
 
 impl Activity {
+    /// A connection just opened, one of those `traffic` counts.
+    pub fn new(traffic: Arc<Traffic>) -> Self {
+        Self(Arc::new(Shared {
+            load: Mutex::new(Load {
+                busy: 0,
+                idle_since: Instant::now(),
+                head_started: None,
+                http2: None,
+            }),
+            draining: AtomicBool::new(false),
+            traffic,
+        }))
+    }
+
+    fn record(&self) -> MutexGuard<'_, Load> {
+        record(&self.0.load)
+    }
+
     /// A request has arrived; it counts as in flight until the guard is dropped.
     pub fn begin(&self) -> Busy {
-        let mut load = record(&self.0);
+        let mut load = self.record();
         load.busy += 1;
         load.head_started = None;
+        let first = load.busy == 1;
         drop(load);
+        if first {
+            self.0.traffic.connection_busy();
+        }
         Busy(self.0.clone())
     }
 
-    fn bytes_arrived(&self) {
-        let mut load = record(&self.0);
+    pub(super) fn bytes_arrived(&self) {
+        let mut load = self.record();
         if load.busy == 0 && load.head_started.is_none() {
             load.head_started = Some(Instant::now());
         }
+    }
+
+    /// The client's first bytes said which protocol it speaks.
+    pub(super) fn speaks(&self, http2: bool) {
+        self.record().http2 = Some(http2);
+    }
+
+    /// Whether the client speaks HTTP/2 (`false` also while it has said nothing yet).
+    pub fn speaks_http2(&self) -> bool {
+        self.record().http2 == Some(true)
+    }
+
+    /// Nothing in flight and no request head arriving.
+    pub fn is_idle(&self) -> bool {
+        let load = self.record();
+        load.busy == 0 && load.head_started.is_none()
+    }
+
+    pub fn start_draining(&self) {
+        self.0.draining.store(true, Ordering::Relaxed);
+        self.0.traffic.start_draining();
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.0.draining.load(Ordering::Relaxed)
+    }
+
+    /// The connections this one is counted among.
+    pub fn traffic(&self) -> &Traffic {
+        &self.0.traffic
     }
 
     /// Resolves when the connection has been idle for `idle`, or a head has been arriving
@@ -102,7 +145,7 @@ impl Activity {
     pub async fn expired(&self, idle: Duration, header: Duration) -> Expired {
         loop {
             let now = Instant::now();
-            let deadline = record(&self.0).deadline(idle, header);
+            let deadline = self.record().deadline(idle, header);
             if let Some((at, why)) = deadline {
                 if now >= at {
                     return why;
@@ -117,15 +160,26 @@ impl Activity {
     }
 }
 
+/// The record; a panic while it was held cannot leave it inconsistent (each change is one
+/// assignment), so a poisoned lock is used as it is.
+fn record(load: &Mutex<Load>) -> MutexGuard<'_, Load> {
+    load.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// Held from a request's arrival until its response has been sent (or dropped).
-pub struct Busy(Arc<Mutex<Load>>);
+pub struct Busy(Arc<Shared>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        let mut load = record(&self.0);
+        let mut load = record(&self.0.load);
         load.busy = load.busy.saturating_sub(1);
-        if load.busy == 0 {
+        let last = load.busy == 0;
+        if last {
             load.idle_since = Instant::now();
+        }
+        drop(load);
+        if last {
+            self.0.traffic.connection_idle();
         }
     }
 }
@@ -165,111 +219,13 @@ impl<B: Body> Body for Tracked<B> {
     }
 }
 
-pin_project! {
-    /// A connection's byte stream, watched for request heads starting while it is idle.
-    /// HTTP/2 connections are not watched: their frames between requests (pings, settings)
-    /// are no request head, and HTTP/2 has no slow-head attack that the idle timer misses.
-    pub struct Watched<IO> {
-        #[pin]
-        io: IO,
-        activity: Activity,
-        // `None` until the first bytes say which protocol the client speaks.
-        http1: Option<bool>,
-    }
-}
-
-impl<IO> Watched<IO> {
-    /// `http2_only`: the port speaks nothing else, so there is nothing to watch.
-    pub fn new(io: IO, activity: Activity, http2_only: bool) -> Self {
-        Self {
-            io,
-            activity,
-            http1: http2_only.then_some(false),
-        }
-    }
-}
-
-/// Whether the first bytes of a connection are those of HTTP/1 (`Some(true)`), HTTP/2's
-/// preface (`Some(false)`), or too few to tell (`None`).
-fn speaks_http1(first: &[u8]) -> Option<bool> {
-    let probe = &first[..first.len().min(HTTP2_PREFACE.len())];
-    if !HTTP2_PREFACE.starts_with(probe) {
-        Some(true)
-    } else if probe.len() >= 4 {
-        Some(false)
-    } else {
-        None
-    }
-}
-
-impl<IO: AsyncRead> AsyncRead for Watched<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.project();
-        let before = buf.filled().len();
-        let polled = this.io.poll_read(cx, buf);
-        let read = &buf.filled()[before..];
-        if matches!(polled, Poll::Ready(Ok(()))) && !read.is_empty() {
-            if this.http1.is_none() {
-                *this.http1 = speaks_http1(read);
-            }
-            if *this.http1 == Some(true) {
-                this.activity.bytes_arrived();
-            }
-        }
-        polled
-    }
-}
-
-impl<IO: AsyncWrite> AsyncWrite for Watched<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_first_bytes_tell_http1_from_http2() {
-        assert_eq!(speaks_http1(b"GET / HTTP/1.1\r\n"), Some(true));
-        assert_eq!(speaks_http1(b"POST"), Some(true));
-        assert_eq!(speaks_http1(b"P"), None);
-        assert_eq!(speaks_http1(b"PRI * HTTP/2.0\r\n"), Some(false));
-        assert_eq!(speaks_http1(HTTP2_PREFACE), Some(false));
-    }
-
     #[tokio::test(start_paused = true)]
     async fn idle_counts_from_the_last_answer_and_a_started_head_from_its_first_byte() {
-        let activity = Activity::default();
+        let activity = Activity::new(Arc::default());
         let busy = activity.begin();
         let expired = activity.expired(Duration::from_secs(60), Duration::from_secs(10));
         tokio::pin!(expired);
@@ -288,5 +244,20 @@ mod tests {
         let _busy = activity.begin();
         drop(_busy);
         assert_eq!(expired.await, Expired::Idle);
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_counted_busy_from_its_first_request_to_its_last() {
+        let traffic = Arc::new(Traffic::default());
+        let activity = Activity::new(traffic.clone());
+        let first = activity.begin();
+        let second = activity.begin();
+        traffic.start_draining();
+        let quiet = traffic.quiet();
+        tokio::pin!(quiet);
+        drop(first);
+        assert!(futures::poll!(&mut quiet).is_pending());
+        drop(second);
+        quiet.await;
     }
 }

@@ -1,5 +1,6 @@
 //! One connection: the TLS handshake, then hyper (HTTP/1 and HTTP/2, or HTTP/2 only for gRPC)
-//! with timers, an idle watch, and each request's body read before it reaches the application.
+//! with timers, an idle watch, each request's body read before it reaches the application,
+//! and the drain at shutdown (see [`super::drain`]).
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -8,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{Request, Response};
+use axum::http::{header, HeaderValue, Request, Response, Version};
 use http_body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -20,8 +21,10 @@ use tower::{Service, ServiceExt};
 
 use crate::request::DecodedFootprint;
 
-use super::activity::{Activity, Expired, Tracked, Watched};
+use super::activity::{Activity, Expired, Tracked};
 use super::body::{ReceiveBudget, Received};
+use super::drain::IDLE_GRACE;
+use super::watched::Watched;
 use super::wire::Wire;
 use super::{Endpoint, TransportSettings};
 
@@ -112,7 +115,7 @@ pub async fn run<W: Wire, S: App<W>>(accepted: Accepted<S>) {
         app,
         peer,
         local: stream.local_addr().ok(),
-        activity: Activity::default(),
+        activity: Activity::new(endpoint.pools.traffic.clone()),
         body_read_timeout: settings.body_read_timeout,
         max_body_bytes: endpoint.max_body_bytes,
         receiving: endpoint.pools.receiving.clone(),
@@ -152,30 +155,76 @@ async fn drive<W, S, IO>(
     tokio::pin!(connection);
     let expired = activity.expired(settings.idle_timeout, settings.header_read_timeout);
     tokio::pin!(expired);
-    let result = tokio::select! {
-        result = connection.as_mut() => result,
-        () = super::stopped(&mut stop) => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-        why = &mut expired => {
-            if why == Expired::SlowHead {
-                // Nothing is owed to a client that has not finished asking.
-                tracing::debug!(%peer, "closing a connection whose request head is too slow");
-                return;
+    // Armed when an HTTP/1 connection starts to drain.
+    let grace = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(grace);
+    let mut phase = Phase::Serving;
+    let result = loop {
+        tokio::select! {
+            result = connection.as_mut() => break result,
+            () = super::stopped(&mut stop), if phase == Phase::Serving => {
+                activity.start_draining();
+                if activity.speaks_http2() {
+                    // GOAWAY; the streams the client sent before it heard are served.
+                    connection.as_mut().graceful_shutdown();
+                    phase = Phase::Closing;
+                } else {
+                    grace.as_mut().reset(tokio::time::Instant::now() + IDLE_GRACE);
+                    phase = Phase::Grace;
+                }
             }
-            tracing::debug!(%peer, "closing a connection idle for the idle timeout");
-            connection.as_mut().graceful_shutdown();
-            // With nothing in flight there is nothing to lose; a client that has not even
-            // finished the HTTP/2 preface would otherwise keep the connection open.
-            tokio::time::timeout(settings.header_read_timeout, connection)
-                .await
-                .unwrap_or(Ok(()))
+            () = &mut grace, if phase == Phase::Grace => phase = Phase::AwaitingQuiet,
+            () = activity.traffic().quiet(), if phase == Phase::AwaitingQuiet => {
+                if activity.is_idle() {
+                    tracing::debug!(%peer, "closing an idle connection: the drain is done");
+                    connection.as_mut().graceful_shutdown();
+                    break bounded(connection.as_mut(), settings.header_read_timeout).await;
+                }
+                // A head is arriving: its answer will say `Connection: close`, or the
+                // header-read timeout will end it.
+                phase = Phase::Closing;
+            }
+            why = &mut expired => match why {
+                Expired::SlowHead => {
+                    // Nothing is owed to a client that has not finished asking.
+                    tracing::debug!(%peer, "closing a connection whose request head is too slow");
+                    return;
+                }
+                Expired::Idle => {
+                    tracing::debug!(%peer, "closing a connection idle for the idle timeout");
+                    connection.as_mut().graceful_shutdown();
+                    break bounded(connection.as_mut(), settings.header_read_timeout).await;
+                }
+            },
         }
     };
     if let Err(err) = result {
         tracing::debug!(%peer, error = %err, "connection ended with an error");
     }
+}
+
+/// Where a connection is in the drain (see [`super::drain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Serving,
+    /// HTTP/1: open for [`IDLE_GRACE`] whatever happens.
+    Grace,
+    /// HTTP/1: closed once no connection has a request in flight, if it is idle then.
+    AwaitingQuiet,
+    /// Closing on its own: after GOAWAY (HTTP/2), or after its next answer (HTTP/1).
+    Closing,
+}
+
+/// A connection asked to close with nothing in flight: there is nothing to lose in cutting
+/// it off after `limit`; a client that has not even finished the HTTP/2 preface would
+/// otherwise keep it open.
+async fn bounded<F, E>(connection: Pin<&mut F>, limit: Duration) -> Result<(), E>
+where
+    F: Future<Output = Result<(), E>>,
+{
+    tokio::time::timeout(limit, connection)
+        .await
+        .unwrap_or(Ok(()))
 }
 
 /// The hyper service of one connection: the peer's address into the request, the body read
@@ -207,9 +256,18 @@ impl<W: Wire, S: App<W>> hyper::service::Service<Request<Incoming>> for ConnServ
         let limit = self.max_body_bytes;
         let receiving = self.receiving.clone();
         let peer = self.peer;
+        let activity = self.activity.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let tracked = |response: Response<W::ResponseBody>| {
+            let http1 = parts.version != Version::HTTP_2;
+            let tracked = |mut response: Response<W::ResponseBody>| {
+                // Decided when the answer is made: an answer made during the drain closes its
+                // connection, so that the client goes elsewhere.
+                if http1 && activity.is_draining() {
+                    response
+                        .headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
                 response.map(|inner| Tracked::new(inner, busy))
             };
             // A body that announces more than the limit is refused at once, without waiting

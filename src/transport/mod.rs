@@ -8,8 +8,11 @@
 //! - [`tls`]: rustls, from PEM files; client certificates required when a CA is given.
 //! - [`connection`]: one connection, served by hyper with timers: the TLS handshake and the
 //!   request head must arrive within the header-read timeout, a connection with no request in
-//!   flight for the idle timeout is closed ([`activity`] keeps both), HTTP/2 connections are
-//!   pinged.
+//!   flight for the idle timeout is closed ([`activity`] keeps both, [`watched`] watches the
+//!   socket), HTTP/2 connections are pinged.
+//! - [`drain`]: at shutdown, HTTP/2 connections are told GOAWAY and HTTP/1.1 ones stay open
+//!   until the server is quiet, answering with `Connection: close`, so that no request on
+//!   its way on an open connection is lost.
 //! - [`body`]: a request's body is read in full (within the body-read timeout) *before* the
 //!   request reaches the overload stack. A client that trickles its body therefore holds a
 //!   connection, which the cap bounds and the timeout ends, but never one of the
@@ -20,21 +23,24 @@
 //! - [`limits`]: the default connection cap, from the process's descriptor limit.
 //!
 //! The library still takes bound listeners and a stop signal: [`serve`] accepts until the
-//! signal, then asks every open connection to finish what it is doing and close, and returns
-//! when the last one has.
+//! signal, then drains every open connection ([`drain`]), and returns when the last one has
+//! closed.
 
 mod accept;
 mod activity;
 mod body;
 mod connection;
+mod drain;
 pub mod footprint;
 pub mod limits;
 pub mod tls;
+mod watched;
 mod wire;
 
 pub use accept::Backoff;
 pub use body::{ReceiveBudget, Received};
 pub use connection::App;
+pub use drain::IDLE_GRACE;
 pub use tls::{Tls, TlsError, TlsFiles};
 pub use wire::{Grpc, Http, Wire};
 
@@ -92,11 +98,13 @@ pub const DEFAULT_MAX_RECEIVING_BYTES: usize = 1 << 30;
 /// descriptors [`limits`] keeps in reserve.
 pub const METRICS_MAX_CONNECTIONS: usize = 64;
 
-/// What listeners draw on together: open connections, and memory for bodies being read.
+/// What listeners draw on together: open connections, memory for bodies being read, and the
+/// count of connections serving a request (for the drain).
 #[derive(Clone)]
 pub struct Pools {
     connections: Arc<Semaphore>,
     receiving: ReceiveBudget,
+    traffic: Arc<drain::Traffic>,
 }
 
 impl Pools {
@@ -106,6 +114,7 @@ impl Pools {
         Self {
             connections: Arc::new(Semaphore::new(max_connections)),
             receiving: ReceiveBudget::new(receiving_bytes, max_body_bytes),
+            traffic: Arc::default(),
         }
     }
 }
