@@ -1,6 +1,6 @@
-//! A connection's byte stream, watched for what its timers and its drain need (see
-//! [`super::activity`]): the protocol its client speaks, and request heads starting while it
-//! is idle.
+//! A connection's byte stream, watched for what its timers and the answers' charges need
+//! (see [`super::activity`]): request heads starting while it is idle, writes the socket
+//! refuses, and, over HTTP/1, hyper's write buffer being flushed.
 
 use std::io;
 use std::pin::Pin;
@@ -24,6 +24,8 @@ pin_project! {
         activity: Activity,
         // `None` until the first bytes say which protocol the client speaks.
         http1: Option<bool>,
+        // Whether the last write was refused, so that only a change takes the record's lock.
+        blocked: bool,
     }
 }
 
@@ -37,6 +39,7 @@ impl<IO> Watched<IO> {
             io,
             activity,
             http1: http2_only.then_some(false),
+            blocked: false,
         }
     }
 }
@@ -79,17 +82,48 @@ impl<IO: AsyncRead> AsyncRead for Watched<IO> {
     }
 }
 
+/// Notes on the record whether a write was taken, from its result.
+fn watch_write<T>(
+    polled: Poll<io::Result<T>>,
+    taken: impl FnOnce(&T) -> bool,
+    blocked: &mut bool,
+    activity: &Activity,
+) -> Poll<io::Result<T>> {
+    match &polled {
+        Poll::Pending if !*blocked => {
+            *blocked = true;
+            activity.write_blocked();
+        }
+        Poll::Ready(Ok(done)) if *blocked && taken(done) => {
+            *blocked = false;
+            activity.write_taken();
+        }
+        _ => {}
+    }
+    polled
+}
+
 impl<IO: AsyncWrite> AsyncWrite for Watched<IO> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write(cx, buf)
+        let this = self.project();
+        let polled = this.io.poll_write(cx, buf);
+        watch_write(polled, |n| *n > 0, this.blocked, this.activity)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_flush(cx)
+        let this = self.project();
+        let polled = this.io.poll_flush(cx);
+        // hyper's HTTP/1 writer flushes its socket only once its own buffer is empty, so
+        // every answer byte handed to it before now is in the socket.
+        if *this.http1 == Some(true) && matches!(polled, Poll::Ready(Ok(()))) {
+            this.activity.flushed();
+        }
+        // A TLS stream that cannot flush is a socket that takes nothing.
+        watch_write(polled, |()| true, this.blocked, this.activity)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -101,7 +135,9 @@ impl<IO: AsyncWrite> AsyncWrite for Watched<IO> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write_vectored(cx, bufs)
+        let this = self.project();
+        let polled = this.io.poll_write_vectored(cx, bufs);
+        watch_write(polled, |n| *n > 0, this.blocked, this.activity)
     }
 
     fn is_write_vectored(&self) -> bool {
