@@ -10,15 +10,19 @@
 //! the bytes it still held for it. Over HTTP/1 there is no stream to reset; a socket that
 //! takes nothing closes its connection instead (see [`super::activity`]).
 //!
-//! The clock only writes down when it started; nothing is woken. The watcher sleeps until the
-//! earliest moment the timeout could run out and reads the clock then, so a stream costs one
-//! wake-up per send timeout while it lasts, and nothing once it has ended.
+//! The clock only writes down when it started. The watcher takes no timer until the answer's
+//! first piece is handed out (most streams end in the same poll, and never need one); from
+//! then on it sleeps until the earliest moment the timeout could run out and reads the clock
+//! then, so a stream costs one wake-up per send timeout while it lasts, and nothing once it
+//! has ended.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
+use futures::task::AtomicWaker;
 use prometheus_client::metrics::counter::Counter;
 use tokio::time::Instant;
 
@@ -37,6 +41,9 @@ pub struct StreamClock {
     base: Instant,
     /// Nanoseconds from `base` to the start of the wait, plus one; 0 while not waiting.
     since: AtomicU64,
+    /// Whether the watcher waits, timer-less, for the first wait to start.
+    parked: AtomicBool,
+    watcher: AtomicWaker,
 }
 
 impl StreamClock {
@@ -44,13 +51,20 @@ impl StreamClock {
         Self {
             base: Instant::now(),
             since: AtomicU64::new(0),
+            parked: AtomicBool::new(false),
+            watcher: AtomicWaker::new(),
         }
     }
 
     /// The answer has handed hyper bytes that the client has yet to make room for.
     pub fn waiting(&self) {
         let nanos = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
-        self.since.store(nanos.saturating_add(1), Ordering::Relaxed);
+        // SeqCst here and in `started`: each side writes one flag and reads the other's, and
+        // at least one of them must see the other's write.
+        self.since.store(nanos.saturating_add(1), Ordering::SeqCst);
+        if self.parked.swap(false, Ordering::SeqCst) {
+            self.watcher.wake();
+        }
     }
 
     /// hyper asked for more: the client took what it was handed.
@@ -59,14 +73,33 @@ impl StreamClock {
     }
 
     fn waiting_since(&self) -> Option<Instant> {
-        match self.since.load(Ordering::Relaxed) {
+        match self.since.load(Ordering::SeqCst) {
             0 => None,
             nanos => Some(self.base + Duration::from_nanos(nanos - 1)),
         }
     }
 
+    /// Resolves once the clock has first started.
+    async fn started(&self) {
+        std::future::poll_fn(|cx| {
+            if self.waiting_since().is_some() {
+                return Poll::Ready(());
+            }
+            self.watcher.register(cx.waker());
+            self.parked.store(true, Ordering::SeqCst);
+            // Started between the first look and the parking: no wake may be coming.
+            if self.waiting_since().is_some() {
+                self.parked.store(false, Ordering::SeqCst);
+                return Poll::Ready(());
+            }
+            Poll::Pending
+        })
+        .await;
+    }
+
     /// Resolves once the clock has run for `timeout` without a stop.
     async fn stalled(&self, timeout: Duration) {
+        self.started().await;
         loop {
             let now = Instant::now();
             let wake = match self.waiting_since() {
