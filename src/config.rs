@@ -210,7 +210,8 @@ pub struct ServeArgs {
     /// Bytes the requests in flight may take once decoded, across both ports (0: no limit).
     /// Each request's decoded size is estimated from its body before it is decoded (strings
     /// and JSON values are charged per element as well as per byte); one that would go over
-    /// what is left is refused at once with 429 / RESOURCE_EXHAUSTED.
+    /// what is left is refused at once with 429 / RESOURCE_EXHAUSTED. Answers count too,
+    /// from when they are built until their bytes are written to the socket.
     #[arg(long, env = "TENSORPORT_MAX_INFLIGHT_REQUEST_BYTES", value_name = "BYTES",
           default_value_t = crate::overload::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES)]
     pub max_inflight_request_bytes: u64,
@@ -280,6 +281,15 @@ pub struct ServeArgs {
     #[arg(long, env = "TENSORPORT_IDLE_TIMEOUT_SECS", default_value_t = 60, value_name = "SECS",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub idle_timeout_secs: u64,
+
+    /// Seconds an answer may wait for its client to take any of its bytes (over HTTP/2, its
+    /// next 64 KiB); then its HTTP/2 stream is reset, or its connection closed when the
+    /// socket takes nothing at all. Until sent, answers count against
+    /// --max-inflight-request-bytes.
+    #[arg(long, env = "TENSORPORT_SEND_TIMEOUT_SECS", value_name = "SECS",
+          default_value_t = crate::transport::DEFAULT_SEND_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub send_timeout_secs: u64,
 
     /// Bytes of request bodies being read, before their requests are admitted, across all
     /// connections of both ports; a body that would go over waits (its sender is slowed)
@@ -502,6 +512,7 @@ impl ServeArgs {
             header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
             body_read_timeout: Duration::from_secs(self.body_read_timeout_secs),
             idle_timeout: Duration::from_secs(self.idle_timeout_secs),
+            send_timeout: Duration::from_secs(self.send_timeout_secs),
             max_receiving_bytes: usize::try_from(self.max_receiving_bytes).unwrap_or(usize::MAX),
             http2_keepalive_interval: (self.http2_keepalive_interval_secs > 0)
                 .then(|| Duration::from_secs(self.http2_keepalive_interval_secs)),
@@ -742,6 +753,7 @@ mod tests {
         assert_eq!(defaults.tls, None);
         assert_eq!(defaults.max_connections, None);
         assert_eq!(defaults.body_read_timeout, Duration::from_secs(60));
+        assert_eq!(defaults.send_timeout, Duration::from_secs(30));
         let cli = Cli::parse_from_args(args(&[
             "tensorport",
             "serve",
@@ -757,6 +769,8 @@ mod tests {
             "100",
             "--idle-timeout-secs",
             "5",
+            "--send-timeout-secs",
+            "7",
             "--http2-keepalive-interval-secs",
             "0",
         ]))?;
@@ -766,6 +780,7 @@ mod tests {
         assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
         assert_eq!(transport.max_connections, Some(100));
         assert_eq!(transport.idle_timeout, Duration::from_secs(5));
+        assert_eq!(transport.send_timeout, Duration::from_secs(7));
         assert_eq!(transport.http2_keepalive_interval, None);
         Ok(())
     }

@@ -233,6 +233,8 @@ pub struct Metrics {
     model_load_failures: Family<ModelLabels, Counter>,
     model_ready: Family<VersionLabels, Gauge>,
     residency: residency::ResidencyMetrics,
+    send_timeouts: SendTimeouts,
+    request_memory: Gauge,
 }
 
 impl Default for Metrics {
@@ -387,6 +389,14 @@ impl Metrics {
             model_ready.clone(),
         );
         let residency = residency::ResidencyMetrics::register(registry);
+        let send_timeouts = register_send_timeouts(registry);
+        let request_memory = Gauge::default();
+        registry.register(
+            "request_memory_bytes",
+            "Bytes charged to the request memory budget (--max-inflight-request-bytes): \
+             requests in flight, as they take once decoded, and answers not yet sent",
+            request_memory.clone(),
+        );
         Self {
             registry: root,
             tensor_bytes_copied,
@@ -408,7 +418,19 @@ impl Metrics {
             model_load_failures,
             model_ready,
             residency,
+            send_timeouts,
+            request_memory,
         }
+    }
+
+    /// The request memory budget's count, for the budget to keep.
+    pub fn request_memory(&self) -> Gauge {
+        self.request_memory.clone()
+    }
+
+    /// The counters of answers cut off for the send timeout, for the transport.
+    pub fn send_timeouts(&self) -> SendTimeouts {
+        self.send_timeouts.clone()
     }
 
     pub fn record_copy(&self, stage: CopyStage, bytes: usize) {
@@ -596,6 +618,38 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// `tensorport_send_timeouts_total{cut}`: answers whose client took none of their bytes for
+/// `--send-timeout-secs`, by what was cut.
+fn register_send_timeouts(registry: &mut Registry) -> SendTimeouts {
+    let family = Family::<CutLabels, Counter>::default();
+    let cuts = SendTimeouts {
+        streams: family.get_or_create_owned(&CutLabels { cut: "stream" }),
+        connections: family.get_or_create_owned(&CutLabels { cut: "connection" }),
+    };
+    registry.register(
+        "send_timeouts",
+        "Answers cut off because the client took none of their bytes for the send timeout: \
+         HTTP/2 streams reset (cut=stream) and connections closed (cut=connection)",
+        family,
+    );
+    cuts
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CutLabels {
+    cut: &'static str,
+}
+
+/// Where the transport counts answers cut off for the send timeout (handles registered
+/// nowhere by default, for servers run without metrics).
+#[derive(Clone, Debug, Default)]
+pub struct SendTimeouts {
+    /// HTTP/2 streams reset.
+    pub streams: Counter,
+    /// Connections closed because their socket took nothing.
+    pub connections: Counter,
 }
 
 #[cfg(test)]

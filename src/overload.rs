@@ -15,7 +15,8 @@
 //!    deadlines and to the model queues' own bound, and would only add latency. The same
 //!    admission charges the request's decoded size to the request memory budget
 //!    ([`memory`], `--max-inflight-request-bytes`), estimated by [`crate::transport`] from
-//!    the body before anything decodes it, and refuses at once what would not fit.
+//!    the body before anything decodes it, and refuses at once what would not fit. The
+//!    transport charges each answer to the same budget until its bytes are written.
 //! 5. **Deadline** ([`deadline`]): the client's (`grpc-timeout`, or the
 //!    `x-request-timeout-ms` header over HTTP) or the server's default. Innermost, so that only
 //!    admitted requests pay for a timer. The deadline also travels with the request (its
@@ -67,7 +68,7 @@ mod stream;
 mod tests;
 
 pub use access_log::{AccessEntry, AccessLogFormat};
-pub use memory::DEFAULT_MAX_INFLIGHT_REQUEST_BYTES;
+pub use memory::{MemoryBudget, MemoryCharge, DEFAULT_MAX_INFLIGHT_REQUEST_BYTES};
 pub use rate::{ApiKeys, ApiKeysError, ClientKey, RateSettings};
 pub use refusal::{Outcome, Refusal, Transport};
 pub use stream::{StreamGate, Streams};
@@ -113,18 +114,24 @@ pub struct Overload {
     rate: Option<rate::Config>,
     /// The header of the API keys the rate limit counts on their own, if any.
     key_header: Option<HeaderName>,
+    memory: MemoryBudget,
 }
 
 impl Overload {
     pub fn new(settings: &OverloadSettings, metrics: Arc<Metrics>) -> Self {
-        // One budget: admission charges bodies to it, adapters their decoded tensors.
-        let memory = memory::MemoryBudget::new(settings.max_inflight_request_bytes);
+        // One budget: admission charges bodies to it, adapters their decoded tensors, the
+        // transport the answers being sent.
+        let memory = MemoryBudget::counted_in(
+            settings.max_inflight_request_bytes,
+            metrics.request_memory(),
+        );
         Self {
             limit: Limit::new(
                 settings.max_concurrent_requests,
                 metrics.in_flight(),
                 memory.clone(),
             ),
+            memory: memory.clone(),
             rate: settings.rate_limit.as_ref().and_then(rate::config),
             key_header: settings
                 .rate_limit
@@ -139,6 +146,12 @@ impl Overload {
                 memory: Arc::new(memory),
             }),
         }
+    }
+
+    /// The request memory budget, which the transport also charges with answers not yet
+    /// sent.
+    pub fn memory_budget(&self) -> MemoryBudget {
+        self.memory.clone()
     }
 
     /// Keeps the rate limiter's store to the clients seen lately, until `stopped`: every

@@ -4,8 +4,10 @@
 //!
 //! Shutdown, in order: readiness turns false (HTTP probes answer 503, gRPC health
 //! NOT_SERVING); after `shutdown_delay` the listeners close, so new connections are refused;
-//! requests in flight, and those queued behind them in the batchers, finish (up to `drain`);
-//! then [`run`] returns `Ok` and the process exits 0. Idle connections are closed at once.
+//! requests in flight, and those queued behind them in the batchers, finish (up to `drain`),
+//! and so do requests that reach a connection already open (HTTP/2 connections are told
+//! GOAWAY, HTTP/1.1 answers say `Connection: close`; see [`crate::transport`]); then [`run`]
+//! returns `Ok` and the process exits 0. Idle connections close once nothing is in flight.
 //!
 //! Accepting and serving connections (TLS, the connection cap, the timeouts) is
 //! [`crate::transport`]'s; this module decides what each port serves.
@@ -33,7 +35,7 @@ use crate::api::{grpc_compression, health, kserve, scrape, tfserving, AppState};
 use crate::auth::{Access, AuthLayer};
 use crate::background::Background;
 use crate::infer::InferService;
-use crate::overload::{Overload, OverloadSettings};
+use crate::overload::{MemoryBudget, Overload, OverloadSettings};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::tensorflow::serving::{
     model_service_server::ModelServiceServer, prediction_service_server::PredictionServiceServer,
@@ -268,12 +270,14 @@ pub async fn run(
     );
     let settings = Arc::new(options.transport.clone());
     // One cap for the HTTP and gRPC ports together: they draw on the same descriptors and
-    // the same memory.
+    // the same memory; their answers are charged to the request memory budget until sent.
     let pools = Pools::new(
         max_connections,
         options.transport.max_receiving_bytes,
         options.max_request_bytes,
+        overload.memory_budget(),
     );
+    let send_timeouts = infer.shared_metrics().send_timeouts();
     let endpoint = |alpn: &[&[u8]]| {
         Endpoint::new(
             tls.as_ref().map(|tls| tls.acceptor(alpn)),
@@ -281,6 +285,7 @@ pub async fn run(
             settings.clone(),
             options.max_request_bytes,
         )
+        .counting_send_timeouts(send_timeouts.clone())
     };
 
     // Auth inside the overload stack, as on the HTTP port.
@@ -313,7 +318,12 @@ pub async fn run(
             // happens on the other ports.
             let endpoint = Endpoint::new(
                 None,
-                Pools::new(transport::METRICS_MAX_CONNECTIONS, 0, 0),
+                Pools::new(
+                    transport::METRICS_MAX_CONNECTIONS,
+                    0,
+                    0,
+                    MemoryBudget::new(0),
+                ),
                 settings.clone(),
                 options.max_request_bytes,
             );

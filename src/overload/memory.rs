@@ -1,5 +1,5 @@
-//! The request memory budget: one pool for the memory decoded requests take across every
-//! request in flight on both ports (`--max-inflight-request-bytes`).
+//! The request memory budget: one pool for the memory that requests in flight take across
+//! both ports (`--max-inflight-request-bytes`): decoded requests, and answers not yet sent.
 //!
 //! `--max-request-bytes` bounds what a client sends, not what it expands to: 38 MB of empty
 //! protobuf strings decode into 20 million handles, a JSON array into a tree of values. The
@@ -12,10 +12,17 @@
 //! What only a decoded shape tells (a raw BYTES input's element count, an input in shared
 //! memory) is charged to the same budget by the adapter that reads it, through the request's
 //! context ([`crate::request::MemoryPool`]), before the tensor is built; same rule.
+//!
+//! The answer itself is then charged by the transport ([`MemoryBudget::charge_answer`]) until its
+//! bytes have been written to the socket: a client that never reads its answers would
+//! otherwise pin them, uncounted, for as long as it keeps its connection. That charge is
+//! never refused (the answer exists already); it may take the pool past its total, and then
+//! every request that needs the budget is refused until the answers are sent or cut off.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use prometheus_client::metrics::gauge::Gauge;
 
 use super::refusal::Refusal;
 use crate::request::{DecodedFootprint, MemoryHold, MemoryPool, MemoryRefused};
@@ -25,53 +32,102 @@ use crate::request::{DecodedFootprint, MemoryHold, MemoryPool, MemoryRefused};
 /// request that would expand past it (13 million strings, say) is refused outright.
 pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 2 << 30;
 
-/// The budget is counted in KiB, so that it fits a semaphore's permits.
-const UNIT: u64 = 1024;
-
 /// The budget both ports share.
 #[derive(Clone)]
 pub struct MemoryBudget {
-    /// One permit per KiB; `None`: no budget.
-    units: Option<Arc<Semaphore>>,
+    /// `None`: no budget.
+    pool: Option<Arc<Pool>>,
+}
+
+struct Pool {
+    /// Bytes charged now; may exceed `total` through [`MemoryBudget::hold`]. The exported
+    /// gauge is the count itself, so that it costs nothing more to keep.
+    used: Gauge,
     total: u64,
+}
+
+impl Pool {
+    fn used(&self) -> u64 {
+        u64::try_from(self.used.get()).unwrap_or(0)
+    }
+
+    /// Applies `change` to the count; `None` leaves it as it is.
+    fn update(&self, change: impl Fn(u64) -> Option<u64>) -> Result<u64, u64> {
+        let as_count = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
+        self.used
+            .inner()
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                change(u64::try_from(used).unwrap_or(0)).map(as_count)
+            })
+            .map(|before| u64::try_from(before).unwrap_or(0))
+            .map_err(|now| u64::try_from(now).unwrap_or(0))
+    }
 }
 
 impl MemoryBudget {
     /// `bytes == 0` turns the budget off.
     pub fn new(bytes: u64) -> Self {
-        let units = (bytes / UNIT).min(Semaphore::MAX_PERMITS as u64);
+        Self::counted_in(bytes, Gauge::default())
+    }
+
+    /// A budget of `bytes` whose use `gauge` shows.
+    pub fn counted_in(bytes: u64, gauge: Gauge) -> Self {
         Self {
-            units: (bytes > 0).then(|| Arc::new(Semaphore::new(units as usize))),
-            total: units.saturating_mul(UNIT),
+            pool: (bytes > 0).then(|| {
+                Arc::new(Pool {
+                    used: gauge,
+                    total: bytes,
+                })
+            }),
         }
     }
 
     /// Charges `footprint` (absent for a body not read in full, which is not charged), or
     /// refuses when it is more than is left.
     pub fn charge(&self, footprint: Option<DecodedFootprint>) -> Result<MemoryCharge, Refusal> {
-        let (Some(units), Some(DecodedFootprint(bytes))) = (&self.units, footprint) else {
-            return Ok(MemoryCharge { _permit: None });
+        let (Some(pool), Some(DecodedFootprint(bytes))) = (&self.pool, footprint) else {
+            return Ok(MemoryCharge::none());
         };
-        let refusal = || Refusal::MemoryExhausted {
-            needed: bytes,
-            left: (units.available_permits() as u64).saturating_mul(UNIT),
-            total: self.total,
-        };
-        let needed = u32::try_from(bytes.div_ceil(UNIT)).map_err(|_| refusal())?;
-        match units.clone().try_acquire_many_owned(needed) {
-            Ok(permit) => Ok(MemoryCharge {
-                _permit: Some(permit),
+        let taken =
+            pool.update(|used| used.checked_add(bytes).filter(|after| *after <= pool.total));
+        match taken {
+            Ok(_) => Ok(MemoryCharge {
+                pool: Some(pool.clone()),
+                bytes,
             }),
-            Err(_) => Err(refusal()),
+            Err(used) => Err(Refusal::MemoryExhausted {
+                needed: bytes,
+                left: pool.total.saturating_sub(used),
+                total: pool.total,
+            }),
         }
     }
 
-    /// Bytes not charged to any request now (the whole budget when there is none).
+    /// Charges `bytes` of an answer being sent: they are held already, so the charge is
+    /// taken whatever is left.
+    pub fn charge_answer(&self, bytes: u64) -> MemoryCharge {
+        let Some(pool) = self.pool.as_ref().filter(|_| bytes > 0) else {
+            return MemoryCharge::none();
+        };
+        // Saturating: a count that wrapped would let everything in.
+        let _ = pool.update(|used| Some(used.saturating_add(bytes)));
+        MemoryCharge {
+            pool: Some(pool.clone()),
+            bytes,
+        }
+    }
+
+    /// Bytes charged now (0 without a budget).
+    pub fn used(&self) -> u64 {
+        self.pool.as_ref().map_or(0, |pool| pool.used())
+    }
+
+    /// Bytes not charged now (`u64::MAX` without a budget).
     #[cfg(test)]
     fn left(&self) -> u64 {
-        self.units.as_ref().map_or(u64::MAX, |units| {
-            (units.available_permits() as u64).saturating_mul(UNIT)
-        })
+        self.pool
+            .as_ref()
+            .map_or(u64::MAX, |pool| pool.total.saturating_sub(pool.used()))
     }
 }
 
@@ -94,7 +150,7 @@ impl MemoryPool for MemoryBudget {
             Err(_) => Err(MemoryRefused {
                 needed: bytes,
                 left: 0,
-                total: self.total,
+                total: self.pool.as_ref().map_or(0, |pool| pool.total),
             }),
         }
     }
@@ -103,20 +159,64 @@ impl MemoryPool for MemoryBudget {
 impl std::fmt::Debug for MemoryBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryBudget")
-            .field("total", &self.total)
+            .field("total", &self.pool.as_ref().map(|pool| pool.total))
             .finish_non_exhaustive()
     }
 }
 
-/// A request's share of the [`MemoryBudget`], given back when dropped.
-#[derive(Debug)]
+/// A share of the [`MemoryBudget`], given back when dropped.
+#[derive(Debug, Default)]
 pub struct MemoryCharge {
-    _permit: Option<OwnedSemaphorePermit>,
+    pool: Option<Arc<Pool>>,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("total", &self.total).finish()
+    }
+}
+
+impl MemoryCharge {
+    /// A charge of nothing.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The bytes this charge holds.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Takes `other` into this charge: both are given back together.
+    pub fn absorb(&mut self, mut other: MemoryCharge) {
+        if other.bytes == 0 {
+            return;
+        }
+        if self.pool.is_none() {
+            *self = other;
+            return;
+        }
+        // Both come from the one budget of the server.
+        self.bytes = self.bytes.saturating_add(std::mem::take(&mut other.bytes));
+    }
+}
+
+impl Drop for MemoryCharge {
+    fn drop(&mut self) {
+        if let Some(pool) = &self.pool {
+            if self.bytes > 0 {
+                let _ = pool.update(|used| Some(used.saturating_sub(self.bytes)));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const UNIT: u64 = 1024;
 
     #[test]
     fn a_request_that_would_go_past_what_is_left_is_refused_and_the_charge_comes_back() {
@@ -165,5 +265,21 @@ mod tests {
         assert!(MemoryBudget::new(0)
             .charge(Some(DecodedFootprint(u64::MAX)))
             .is_ok());
+        assert_eq!(MemoryBudget::new(0).charge_answer(u64::MAX).bytes(), 0);
+    }
+
+    #[test]
+    fn answers_held_past_the_total_refuse_requests_until_they_are_given_back() {
+        let budget = MemoryBudget::new(10 * UNIT);
+        let mut answers = budget.charge_answer(8 * UNIT);
+        answers.absorb(budget.charge_answer(4 * UNIT));
+        assert_eq!(budget.used(), 12 * UNIT);
+        assert!(matches!(
+            budget.charge(Some(DecodedFootprint(1))),
+            Err(Refusal::MemoryExhausted { left: 0, .. })
+        ));
+        drop(answers);
+        assert_eq!(budget.used(), 0);
+        assert!(budget.charge(Some(DecodedFootprint(10 * UNIT))).is_ok());
     }
 }

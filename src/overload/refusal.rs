@@ -16,7 +16,8 @@ pub enum Refusal {
     Overloaded { limit: usize },
     #[error(
         "the request would take {needed} bytes once decoded, more than the {left} bytes left \
-         of the server's {total}-byte budget for requests in flight; retry later or send less"
+         of the server's {total}-byte budget for requests in flight and answers being sent; \
+         retry later or send less"
     )]
     MemoryExhausted { needed: u64, left: u64, total: u64 },
     #[error("the request's deadline passed before it was answered")]

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use super::connection::{self, Accepted, App};
+use super::stream::StreamExecutor;
 use super::wire::Wire;
 use super::Endpoint;
 
@@ -67,7 +68,11 @@ pub async fn run<W: Wire, S: App<W>>(
     endpoint: Endpoint,
     mut stop: watch::Receiver<bool>,
 ) {
-    let builder = Arc::new(connection::builder::<W>(&endpoint.settings));
+    let executor = StreamExecutor::new(
+        endpoint.settings.send_timeout,
+        endpoint.send_timeouts.streams.clone(),
+    );
+    let builder = Arc::new(connection::builder::<W>(&endpoint.settings, executor));
     let (alive, mut all_ended) = mpsc::channel::<()>(1);
     let mut backoff = Backoff::new();
     loop {
@@ -118,7 +123,7 @@ pub async fn run<W: Wire, S: App<W>>(
             alive: alive.clone(),
         }));
     }
-    // Closing the listener refuses new connections; those open finish their requests.
+    // Closing the listener refuses new connections; those open drain (see `drain`).
     drop(listener);
     drop(alive);
     let _ = all_ended.recv().await;

@@ -8,8 +8,15 @@
 //! - [`tls`]: rustls, from PEM files; client certificates required when a CA is given.
 //! - [`connection`]: one connection, served by hyper with timers: the TLS handshake and the
 //!   request head must arrive within the header-read timeout, a connection with no request in
-//!   flight for the idle timeout is closed ([`activity`] keeps both), HTTP/2 connections are
-//!   pinged.
+//!   flight for the idle timeout is closed, and so is one whose socket takes no bytes for the
+//!   send timeout ([`activity`] keeps the three, [`watched`] watches the socket); HTTP/2
+//!   connections are pinged.
+//! - [`send`]: each answer's bytes stay charged to the request memory budget
+//!   ([`crate::overload`]) until they are written, and over HTTP/2 an answer the client takes
+//!   none of for the send timeout has its stream reset ([`stream`]).
+//! - [`drain`]: at shutdown, HTTP/2 connections are told GOAWAY and HTTP/1.1 ones stay open
+//!   until the server is quiet, answering with `Connection: close`, so that no request on
+//!   its way on an open connection is lost.
 //! - [`body`]: a request's body is read in full (within the body-read timeout) *before* the
 //!   request reaches the overload stack. A client that trickles its body therefore holds a
 //!   connection, which the cap bounds and the timeout ends, but never one of the
@@ -20,21 +27,27 @@
 //! - [`limits`]: the default connection cap, from the process's descriptor limit.
 //!
 //! The library still takes bound listeners and a stop signal: [`serve`] accepts until the
-//! signal, then asks every open connection to finish what it is doing and close, and returns
-//! when the last one has.
+//! signal, then drains every open connection ([`drain`]), and returns when the last one has
+//! closed.
 
 mod accept;
 mod activity;
 mod body;
 mod connection;
+mod drain;
 pub mod footprint;
 pub mod limits;
+mod send;
+mod stream;
 pub mod tls;
+mod watched;
 mod wire;
 
 pub use accept::Backoff;
 pub use body::{ReceiveBudget, Received};
 pub use connection::App;
+pub use drain::IDLE_GRACE;
+pub use send::PIECE;
 pub use tls::{Tls, TlsError, TlsFiles};
 pub use wire::{Grpc, Http, Wire};
 
@@ -44,6 +57,9 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
+
+use crate::metrics::SendTimeouts;
+use crate::overload::MemoryBudget;
 
 /// The connection settings, as the command line gives them.
 #[derive(Debug, Clone)]
@@ -60,6 +76,9 @@ pub struct TransportSettings {
     pub body_read_timeout: Duration,
     /// How long a connection may stay open with no request in flight.
     pub idle_timeout: Duration,
+    /// How long an answer may wait for the client to take any of its bytes: then its HTTP/2
+    /// stream is reset, or its connection closed when the socket itself takes nothing.
+    pub send_timeout: Duration,
     /// Memory for request bodies being read before their requests are admitted, across
     /// all connections of the HTTP and gRPC ports.
     pub max_receiving_bytes: usize,
@@ -77,12 +96,18 @@ impl Default for TransportSettings {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
+            send_timeout: DEFAULT_SEND_TIMEOUT,
             max_receiving_bytes: DEFAULT_MAX_RECEIVING_BYTES,
             http2_keepalive_interval: Some(Duration::from_secs(30)),
             http2_keepalive_timeout: Duration::from_secs(20),
         }
     }
 }
+
+/// The default of [`TransportSettings::send_timeout`]: far longer than a client that reads
+/// takes to make room for the next piece of an answer, short enough that answers a client
+/// holds without reading are freed well within a keep-alive connection's life.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The default of [`TransportSettings::max_receiving_bytes`]: 1 GiB.
 pub const DEFAULT_MAX_RECEIVING_BYTES: usize = 1 << 30;
@@ -92,20 +117,30 @@ pub const DEFAULT_MAX_RECEIVING_BYTES: usize = 1 << 30;
 /// descriptors [`limits`] keeps in reserve.
 pub const METRICS_MAX_CONNECTIONS: usize = 64;
 
-/// What listeners draw on together: open connections, and memory for bodies being read.
+/// What listeners draw on together: open connections, memory for bodies being read and for
+/// answers being sent, and the count of connections serving a request (for the drain).
 #[derive(Clone)]
 pub struct Pools {
     connections: Arc<Semaphore>,
     receiving: ReceiveBudget,
+    answers: MemoryBudget,
+    traffic: Arc<drain::Traffic>,
 }
 
 impl Pools {
     /// Room for `max_connections` connections and `receiving_bytes` of bodies being read
-    /// (at least one body of `max_body_bytes`).
-    pub fn new(max_connections: usize, receiving_bytes: usize, max_body_bytes: usize) -> Self {
+    /// (at least one body of `max_body_bytes`); answers are charged to `answers` until sent.
+    pub fn new(
+        max_connections: usize,
+        receiving_bytes: usize,
+        max_body_bytes: usize,
+        answers: MemoryBudget,
+    ) -> Self {
         Self {
             connections: Arc::new(Semaphore::new(max_connections)),
             receiving: ReceiveBudget::new(receiving_bytes, max_body_bytes),
+            answers,
+            traffic: Arc::default(),
         }
     }
 }
@@ -118,6 +153,7 @@ pub struct Endpoint {
     settings: Arc<TransportSettings>,
     /// Bodies announced larger than this are refused unread.
     max_body_bytes: usize,
+    send_timeouts: SendTimeouts,
 }
 
 impl Endpoint {
@@ -133,7 +169,14 @@ impl Endpoint {
             pools,
             settings,
             max_body_bytes,
+            send_timeouts: SendTimeouts::default(),
         }
+    }
+
+    /// Counts the send timeout's cuts in `send_timeouts` (not counted by default).
+    pub fn counting_send_timeouts(mut self, send_timeouts: SendTimeouts) -> Self {
+        self.send_timeouts = send_timeouts;
+        self
     }
 }
 

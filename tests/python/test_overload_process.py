@@ -3,6 +3,9 @@ server (not the session one), since it is stopped, overloaded or configured diff
 
 - SIGTERM: readiness turns false first, the listeners close, every request in flight or
   queued when the signal came is answered, new connections are refused, exit code 0.
+- SIGTERM with kept-alive connections (HTTP/1.1, and HTTP/2 to both ports): every request
+  sent before the signal is answered, and so is a request that arrives on an open HTTP/1.1
+  connection during the drain (with `Connection: close`).
 - A scrape taken while requests are being refused passes `promtool check metrics`.
 - `--log-format json` writes one JSON object per line, with a request id on request lines.
 - Each message of a `ModelStreamInfer` stream spends a token of the rate limit as a call does;
@@ -11,6 +14,7 @@ server (not the session one), since it is stopped, overloaded or configured diff
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import queue
@@ -29,7 +33,9 @@ import numpy as np
 import pytest
 import requests
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
 
+from h2_client import GRPC_HEADERS, GoneAway, H2Client, grpc_message, grpc_messages
 from tensorport_server import server_binary
 from tfs import REPO, TEST_MODELS
 
@@ -154,6 +160,219 @@ def test_sigterm_drains_requests_in_flight_refuses_new_ones_and_exits_0(tmp_path
         log = server.log()
         assert "readiness is now false" in log and "drained" in log, log
     finally:
+        server.kill()
+
+
+ECHO_PATH = "/v2/models/echo_float32/infer"
+ECHO_VALUES = [1.5, 2.5]
+ECHO_JSON = json.dumps({"inputs": [
+    {"name": "x", "shape": [1, 2], "datatype": "FP32", "data": ECHO_VALUES}]}).encode()
+
+
+def echo_grpc_body() -> bytes:
+    request = service_pb2.ModelInferRequest(model_name="echo_float32")
+    x = request.inputs.add()
+    x.name, x.datatype = "x", "FP32"
+    x.shape.extend([1, 2])
+    request.raw_input_contents.append(np.array(ECHO_VALUES, dtype=np.float32).tobytes())
+    return grpc_message(request.SerializeToString())
+
+
+def echo_json_ok(status: int | None, body: bytes) -> bool:
+    try:
+        return status == 200 and json.loads(body)["outputs"][0]["data"] == ECHO_VALUES
+    except (ValueError, KeyError, IndexError):
+        return False
+
+
+def echo_grpc_ok(answer) -> bool:
+    if answer.status != 200 or answer.trailers.get("grpc-status") != "0":
+        return False
+    messages = grpc_messages(answer.body)
+    if len(messages) != 1:
+        return False
+    response = service_pb2.ModelInferResponse.FromString(messages[0])
+    return np.frombuffer(response.raw_output_contents[0], dtype=np.float32).tolist() == ECHO_VALUES
+
+
+def h1_head(request_path: str, length: int, *extra: str) -> bytes:
+    lines = [f"POST {request_path} HTTP/1.1", "host: tensorport", "content-type: application/json",
+             f"content-length: {length}", *extra]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def read_h1_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 answer with a content-length (what the server sends for these requests)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before an answer's head: {data!r}")
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed inside an answer's body")
+        body += chunk
+    return int(status_line.split()[1]), headers, body
+
+
+class Signal:
+    """SIGTERM, sent under a lock that clients take to ask whether it has been sent yet: a
+    client that asks after its request's bytes are in the kernel, and hears no, sent them
+    before the signal."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+        self.lock = threading.Lock()
+        self.sent = False
+
+    def not_yet(self) -> bool:
+        with self.lock:
+            return not self.sent
+
+    def send(self) -> None:
+        with self.lock:
+            self.sent = True
+            self.process.send_signal(signal.SIGTERM)
+
+
+def test_sigterm_answers_every_request_sent_on_kept_alive_connections(tmp_path):
+    """Default flags. Kept-alive clients loop on HTTP/1.1 and on HTTP/2 (KServe REST and gRPC)
+    while SIGTERM is sent. Every request whose bytes left the client before the signal must
+    get a complete, valid answer, and the process must exit 0.
+
+    What makes it deterministic: a request held open (its head read, its body not yet sent,
+    so the server is surely serving it) keeps the drain going until the test lets it finish,
+    which it does only once every client is done. So however late a client's request reaches
+    the server, the drain is still on. Before the fix, idle HTTP/1.1 connections were closed
+    the moment the drain began, and a request on its way on one of them was lost; here two
+    idle connections send a request after the listeners have closed, and both must be
+    answered, with `Connection: close`."""
+    server = Proc(tmp_path)
+    rest_host, rest_port = server.rest_addr.rsplit(":", 1)
+    outcomes: list[tuple[str, bool, bool, str]] = []
+    record = threading.Lock()
+    warmed: list[threading.Event] = []
+    sigterm = Signal(server.process)
+
+    def http1_client(warmed_event: threading.Event) -> None:
+        connection = http.client.HTTPConnection(rest_host, int(rest_port), timeout=60)
+        answered = 0
+        while True:
+            try:
+                connection.request("POST", ECHO_PATH, body=ECHO_JSON,
+                                   headers={"content-type": "application/json"})
+            except OSError:
+                return  # not sent: the listener is closed
+            sent_before = sigterm.not_yet()
+            try:
+                response = connection.getresponse()
+                ok, detail = echo_json_ok(response.status, response.read()), f"status {response.status}"
+            except (OSError, http.client.HTTPException) as err:
+                ok, detail = False, repr(err)
+            answered += ok
+            with record:
+                outcomes.append(("http/1.1", sent_before, ok, detail))
+            if answered >= 3:
+                warmed_event.set()
+            if not sent_before:
+                return
+
+    def http2_client(warmed_event: threading.Event, label: str, address: str, path: str,
+                     body: bytes, headers, valid) -> None:
+        client = H2Client(address)
+        answered = 0
+        try:
+            while True:
+                try:
+                    stream = client.send(path, body, headers)
+                except (GoneAway, OSError):
+                    return  # not sent: the server asked for no new streams
+                sent_before = sigterm.not_yet()
+                try:
+                    answer = client.answer(stream)
+                    ok, detail = (not answer.reset and valid(answer)), repr(answer)[:300]
+                except Exception as err:  # noqa: BLE001 - any failure is the finding
+                    ok, detail = False, repr(err)
+                answered += ok
+                with record:
+                    outcomes.append((label, sent_before, ok, detail))
+                if answered >= 3:
+                    warmed_event.set()
+                if not sent_before:
+                    return
+        finally:
+            client.close()
+
+    held = idle = None
+    threads = []
+    try:
+        # The held request: head read (the server asks for the body), body withheld.
+        held = socket.create_connection((rest_host, int(rest_port)), timeout=60)
+        held.sendall(h1_head(ECHO_PATH, len(ECHO_JSON), "expect: 100-continue"))
+        assert held.recv(65536).startswith(b"HTTP/1.1 100"), "the held request was not taken up"
+        # Two kept-alive HTTP/1.1 connections, idle when the signal comes.
+        idle = [socket.create_connection((rest_host, int(rest_port)), timeout=60) for _ in range(2)]
+        for sock in idle:
+            sock.sendall(h1_head(ECHO_PATH, len(ECHO_JSON)) + ECHO_JSON)
+            status, _, body = read_h1_answer(sock)
+            assert echo_json_ok(status, body)
+
+        clients = [(http1_client, ())] * 4 + [
+            (http2_client, ("h2 rest", server.rest_addr, ECHO_PATH, ECHO_JSON,
+                            [("content-type", "application/json")],
+                            lambda answer: echo_json_ok(answer.status, answer.body)))] * 2 + [
+            (http2_client, ("h2 grpc", server.grpc_target,
+                            "/inference.GRPCInferenceService/ModelInfer", echo_grpc_body(),
+                            GRPC_HEADERS, echo_grpc_ok))] * 2
+        for target, args in clients:
+            event = threading.Event()
+            warmed.append(event)
+            threads.append(threading.Thread(target=target, args=(event, *args), daemon=True))
+        for thread in threads:
+            thread.start()
+        for event in warmed:
+            assert event.wait(timeout=60), f"a client never got going: {outcomes[-5:]}"
+
+        sigterm.send()
+        deadline = time.monotonic() + 30
+        while not (refused(server.rest_addr) and refused(server.grpc_target)):
+            assert time.monotonic() < deadline, f"the listeners never closed:\n{server.log()}"
+            time.sleep(0.02)
+        # The listeners are closed, so the drain has begun: a request on an idle kept-alive
+        # connection is answered, and the connection closed after it.
+        for sock in idle:
+            sock.sendall(h1_head(ECHO_PATH, len(ECHO_JSON)) + ECHO_JSON)
+            status, headers, body = read_h1_answer(sock)
+            assert echo_json_ok(status, body), (status, body)
+            assert headers.get("connection") == "close", headers
+            assert sock.recv(65536) == b"", "the connection stayed open after Connection: close"
+
+        for thread in threads:
+            thread.join(timeout=60)
+            assert not thread.is_alive(), "a client never finished"
+        held.sendall(ECHO_JSON)
+        status, headers, body = read_h1_answer(held)
+        assert echo_json_ok(status, body) and headers.get("connection") == "close", (status, headers)
+
+        assert server.process.wait(timeout=60) == 0
+        assert "drained" in server.log()
+        lost = [outcome for outcome in outcomes if outcome[1] and not outcome[2]]
+        assert not lost, f"requests sent before SIGTERM were lost: {lost}"
+        for label in ("http/1.1", "h2 rest", "h2 grpc"):
+            assert any(o[0] == label and o[1] for o in outcomes), label
+    finally:
+        for sock in [held, *(idle or [])]:
+            if sock is not None:
+                sock.close()
         server.kill()
 
 
