@@ -147,14 +147,20 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     #[cfg(feature = "torch")]
     tensorport::backend::torch::configure_process(threads).map_err(|err| err.to_string())?;
 
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if args.worker_threads > 0 {
-        runtime.worker_threads(args.worker_threads);
-    }
-    let runtime = runtime
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let workers = if args.worker_threads > 0 {
+        args.worker_threads
+    } else {
+        cpus
+    };
+    let blocking = blocking_threads(cpus);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .max_blocking_threads(blocking)
         .enable_all()
         .build()
         .map_err(|err| format!("cannot start the async runtime: {err}"))?;
+    tracing::info!(workers, blocking, "async runtime started");
     runtime.block_on(async move {
         // Bind before anything slow: a port conflict fails at once, and probes get answers
         // (live, not yet ready) while the models load.
@@ -303,6 +309,16 @@ async fn load_then_poll(
         }
     };
     tokio::join!(watch_file, watch_dir);
+}
+
+/// The most threads tokio's blocking pool may hold: batch runs wait there for their instance,
+/// model loads and large gzip bodies run there. Tokio's own bound is 512, which a burst of
+/// large compressed bodies could reach; past this one the work queues until a thread is free,
+/// and eight per core already keep every core busy (an idle thread ends after 10 s).
+fn blocking_threads(cpus: usize) -> usize {
+    const PER_CPU: usize = 8;
+    const AT_LEAST: usize = 32;
+    cpus.saturating_mul(PER_CPU).max(AT_LEAST)
 }
 
 async fn bind(addr: SocketAddr, flag: &str) -> Result<tokio::net::TcpListener, String> {
