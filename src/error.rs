@@ -1,9 +1,9 @@
-//! The request-path error type and the one table that maps it onto both wire protocols.
+//! The request-path error type, and how it becomes a gRPC status.
 //!
 //! Every layer below has its own error enum (`tensor::DecodeError`, `backend::BackendError`,
 //! ...); they meet here. [`Error::kind`] picks the [`ErrorKind`], and the kind alone decides
 //! the HTTP status, the gRPC code and the stable `error_type` label used in metrics (the table
-//! is in `api::status`).
+//! is [`ErrorKind::table`], in `error_kind`).
 
 use crate::backend::BackendError;
 use crate::batcher::{BatchError, BatcherError, RequestError};
@@ -159,6 +159,13 @@ impl Error {
     }
 }
 
+/// Both gRPC services answer a failed call with the kind's code and the error's message.
+impl From<Error> for tonic::Status {
+    fn from(err: Error) -> Self {
+        tonic::Status::new(err.kind().table().grpc_code, err.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +196,12 @@ mod tests {
             assert_eq!(row.http_status, http, "{err}");
             assert_eq!(row.error_type, error_type, "{err}");
         }
+    }
+
+    #[test]
+    fn status_carries_the_message() {
+        let status = tonic::Status::from(Error::ModelNotFound("nope".into()));
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert!(status.message().contains("nope"));
     }
 }

@@ -20,9 +20,10 @@
 //! `batcher::RequestError`, `batcher::BatcherError`, `backend::BackendError`, ...), and each
 //! says which [`error_kind::ErrorKind`] it is. They meet in [`error::Error`] on the request
 //! path; the kind alone picks the HTTP status, the gRPC code and the stable `error_type`
-//! (`api::status`, one table for both protocols and the overload layers). A client's mistakes
-//! in what it sent are [`wire_error`] enums grouped by concern (the body, the KServe infer
-//! request, parameters, shared-memory windows, the TF Serving predict body and model spec):
+//! ([`error_kind::ErrorKind::table`], one table at the bottom of the crate for both protocols
+//! and the overload layers). A client's mistakes in what it sent are [`wire_error`] enums
+//! grouped by concern (the body, the KServe infer request, parameters, shared-memory windows,
+//! the TF Serving predict body and model spec):
 //! adapters build typed values rather than format messages, and add context by wrapping
 //! (`in_input`), so a message's words live in one `#[error]` each. Lower layers never
 //! import higher ones: `error_kind` and `version` sit at the bottom, `error` above the layers

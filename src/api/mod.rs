@@ -21,7 +21,6 @@ pub mod payload;
 pub mod rest_util;
 pub mod route_table;
 pub mod scrape;
-pub mod status;
 pub mod tfserving;
 
 use std::sync::Arc;
