@@ -7,7 +7,7 @@
 
 use crate::backend::BackendError;
 use crate::batcher::{BatchError, BatcherError, RequestError};
-use crate::repository::{ConfineError, ResidencyError};
+use crate::repository::{ConfineError, RepositoryError, ResidencyError};
 use crate::request::MemoryRefused;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
@@ -62,9 +62,6 @@ pub enum Error {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Shm(#[from] ShmError),
-    /// A model name or path the admin APIs refuse.
-    #[error(transparent)]
-    Confine(#[from] ConfineError),
     #[error("{0}")]
     Unimplemented(String),
     #[error("{0}")]
@@ -87,9 +84,23 @@ pub enum Error {
         #[source]
         source: MemoryRefused,
     },
-    /// A version that is not resident could not be loaded for the request.
+    /// A name or path the model roots refuse, a version that could not be made resident.
     #[error(transparent)]
-    Residency(#[from] ResidencyError),
+    Repository(#[from] RepositoryError),
+}
+
+/// The repository's parts convert on their own, so that `?` works where a repository call
+/// fails with only one of them.
+impl From<ConfineError> for Error {
+    fn from(err: ConfineError) -> Self {
+        Self::Repository(err.into())
+    }
+}
+
+impl From<ResidencyError> for Error {
+    fn from(err: ResidencyError) -> Self {
+        Self::Repository(err.into())
+    }
 }
 
 /// The batcher's failures keep their own variants here, so that a match on the request-path
@@ -136,21 +147,12 @@ impl Error {
                 ShmError::Guard(_) | ShmError::Descriptors(_) => ErrorKind::Internal,
                 _ => ErrorKind::InvalidArgument,
             },
-            Self::Confine(ConfineError::OutsideRoots(_)) => ErrorKind::PermissionDenied,
-            Self::Confine(_) => ErrorKind::InvalidArgument,
+            Self::Repository(err) => err.kind(),
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) | Self::Batch(_) => ErrorKind::Internal,
             Self::QueueFull { .. } | Self::InputMemory { .. } => ErrorKind::ResourceExhausted,
             Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Self::BatcherStopped { .. } => ErrorKind::Unavailable,
-            // Retrying does not help a model larger than the budget, but the request was
-            // refused for memory, which is what RESOURCE_EXHAUSTED means to both protocols.
-            Self::Residency(ResidencyError::TooLarge { .. } | ResidencyError::NoRoom { .. }) => {
-                ErrorKind::ResourceExhausted
-            }
-            Self::Residency(
-                ResidencyError::LoadFailed { .. } | ResidencyError::EvictedAgain { .. },
-            ) => ErrorKind::Unavailable,
         }
     }
 

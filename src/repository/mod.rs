@@ -10,6 +10,7 @@ mod budget;
 mod charge;
 mod confine;
 mod declared;
+mod error;
 mod lifecycle;
 mod model_config;
 mod residency;
@@ -30,12 +31,13 @@ pub use budget::{
 pub use charge::MemoryCharge;
 pub use confine::{check_model_name, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES};
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
+pub use error::{RepositoryError, ResidencyError};
 pub use lifecycle::{BackendDecorator, ModelRepository, ServedModel};
 pub use model_config::{
     InstancesConfig, LifecycleConfig, ModelConfig, ModelConfigError, ReloadMode, VersionPolicy,
     WarmupConfig, MAX_INSTANCES, MODEL_CONFIG_FILE,
 };
-pub use residency::{Residence, ResidencyError};
+pub use residency::Residence;
 pub use scan::{
     holds_one_model, is_flat, model_file_in, parse_version, scan_model, subfolders, ScanError,
     VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION, ONNX_MODEL_FILE, SAVED_MODEL_FILE,
@@ -453,7 +455,7 @@ impl Snapshot {
         self.models
             .get(name)
             .ok_or_else(|| match confine::refuse_control_characters(name) {
-                Err(refused) => Error::Confine(refused),
+                Err(refused) => Error::from(refused),
                 Ok(()) => Error::ModelNotFound(name.to_owned()),
             })
     }

@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use tokio::sync::{mpsc, watch};
 
+use super::error::{too_large_message, ResidencyError};
 use super::lifecycle::Control;
 use super::{LoadedModel, ModelRecord, ModelRepository, VersionSelector, VersionState};
 use crate::error::Error;
@@ -51,44 +52,6 @@ impl Residence {
             Self::TooLarge { needed, budget } => too_large_message(*needed, *budget),
         }
     }
-}
-
-fn too_large_message(needed: u64, budget: u64) -> String {
-    format!(
-        "needs {needed} bytes, more than the whole model memory budget of {budget} bytes \
-         (--model-memory-budget)"
-    )
-}
-
-/// Why a request's version could not be made resident.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ResidencyError {
-    #[error("version {version} of model '{model}' {}", too_large_message(*needed, *budget))]
-    TooLarge {
-        model: String,
-        version: u64,
-        needed: u64,
-        budget: u64,
-    },
-    #[error(
-        "no room to load version {version} of model '{model}' ({needed} bytes): pinned models \
-         hold {held} bytes of the {budget}-byte model memory budget"
-    )]
-    NoRoom {
-        model: String,
-        version: u64,
-        needed: u64,
-        held: u64,
-        budget: u64,
-    },
-    #[error("model '{model}' was evicted again before this request could use it; retry")]
-    EvictedAgain { model: String },
-    #[error("version {version} of model '{model}' failed to load: {reason}")]
-    LoadFailed {
-        model: String,
-        version: u64,
-        reason: String,
-    },
 }
 
 /// A load's outcome once it ends: the version it made resident (`None` when there was nothing
