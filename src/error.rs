@@ -84,7 +84,8 @@ pub enum Error {
         #[source]
         source: MemoryRefused,
     },
-    /// A name or path the model roots refuse, a version that could not be made resident.
+    /// A name or path the model roots refuse, a version that could not be made resident, a
+    /// model list or version label that does not hold together.
     #[error(transparent)]
     Repository(#[from] RepositoryError),
 }

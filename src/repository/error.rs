@@ -1,5 +1,6 @@
 //! What the repository fails with, in one enum of its own: a name or path the model roots
-//! refuse, a version that cannot be made resident.
+//! refuse, a version that cannot be made resident, a model list or version label that does
+//! not hold together.
 //!
 //! This file imports nothing of the repository's but the confinement rules (a leaf) and
 //! nothing of the crate's but [`ErrorKind`], so that `crate::error` can gather these failures
@@ -18,6 +19,32 @@ pub enum RepositoryError {
     /// A version that is not resident could not be loaded for the request.
     #[error(transparent)]
     Residency(#[from] ResidencyError),
+    #[error("model '{0}' is listed more than once")]
+    ListedTwice(String),
+    #[error(
+        "model '{model}': model_platform '{platform}' is not served here (use one of {})",
+        served.join(", ")
+    )]
+    UnknownPlatform {
+        model: String,
+        platform: String,
+        /// The platforms a list entry may name.
+        served: &'static [&'static str],
+    },
+    #[error("model '{0}': versions must be positive")]
+    VersionsNotPositive(String),
+    #[error("model '{0}': labels must name positive versions")]
+    LabelsNotPositive(String),
+    #[error(
+        "model '{model}' has no version label '{label}'{}",
+        known_labels(labels)
+    )]
+    UnknownLabel {
+        model: String,
+        label: String,
+        /// The labels the model has, in order.
+        labels: Vec<String>,
+    },
 }
 
 impl RepositoryError {
@@ -33,7 +60,21 @@ impl RepositoryError {
             Self::Residency(
                 ResidencyError::LoadFailed { .. } | ResidencyError::EvictedAgain { .. },
             ) => ErrorKind::Unavailable,
+            Self::ListedTwice(_)
+            | Self::UnknownPlatform { .. }
+            | Self::VersionsNotPositive(_)
+            | Self::LabelsNotPositive(_)
+            | Self::UnknownLabel { .. } => ErrorKind::InvalidArgument,
         }
+    }
+}
+
+/// The labels a refusal lists after an unknown one; nothing when the model has none.
+fn known_labels(labels: &[String]) -> String {
+    if labels.is_empty() {
+        String::new()
+    } else {
+        format!(" (labels: {})", labels.join(", "))
     }
 }
 
@@ -79,6 +120,52 @@ pub(super) fn too_large_message(needed: u64, budget: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn list_and_label_refusals_keep_their_words_and_are_bad_requests() {
+        let cases = [
+            (
+                RepositoryError::ListedTwice("a".into()),
+                "model 'a' is listed more than once",
+            ),
+            (
+                RepositoryError::UnknownPlatform {
+                    model: "a".into(),
+                    platform: "caffe".into(),
+                    served: &["tf", "onnx"],
+                },
+                "model 'a': model_platform 'caffe' is not served here (use one of tf, onnx)",
+            ),
+            (
+                RepositoryError::VersionsNotPositive("a".into()),
+                "model 'a': versions must be positive",
+            ),
+            (
+                RepositoryError::LabelsNotPositive("a".into()),
+                "model 'a': labels must name positive versions",
+            ),
+            (
+                RepositoryError::UnknownLabel {
+                    model: "a".into(),
+                    label: "canary".into(),
+                    labels: Vec::new(),
+                },
+                "model 'a' has no version label 'canary'",
+            ),
+            (
+                RepositoryError::UnknownLabel {
+                    model: "a".into(),
+                    label: "canary".into(),
+                    labels: vec!["stable".into(), "next".into()],
+                },
+                "model 'a' has no version label 'canary' (labels: stable, next)",
+            ),
+        ];
+        for (err, message) in cases {
+            assert_eq!(err.to_string(), message);
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{message}");
+        }
+    }
 
     #[test]
     fn a_path_outside_the_roots_is_denied_and_a_bad_name_is_a_bad_request() {

@@ -368,20 +368,16 @@ impl ModelRecord {
         let version = match selector {
             VersionSelector::Latest => return self.latest(),
             VersionSelector::Specific(version) => *version,
-            VersionSelector::Label(label) => *self.labels.get(label).ok_or_else(|| {
-                Error::invalid(format!(
-                    "model '{}' has no version label '{label}'{}",
-                    self.name,
-                    if self.labels.is_empty() {
-                        String::new()
-                    } else {
-                        format!(
-                            " (labels: {})",
-                            self.labels.keys().cloned().collect::<Vec<_>>().join(", ")
-                        )
-                    }
-                ))
-            })?,
+            VersionSelector::Label(label) => {
+                *self
+                    .labels
+                    .get(label)
+                    .ok_or_else(|| RepositoryError::UnknownLabel {
+                        model: self.name.clone(),
+                        label: label.clone(),
+                        labels: self.labels.keys().cloned().collect(),
+                    })?
+            }
         };
         match self.versions.get(&version) {
             Some(VersionState::Available(model)) => Ok(model.clone()),
