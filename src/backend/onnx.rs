@@ -37,11 +37,11 @@ impl OnnxRuntime {
     /// call in the same process fails.
     pub fn load(library: &Path) -> Result<Self, BackendError> {
         let env = ort::init_from(library)
-            .map_err(|err| BackendError::Library(err.to_string()))?
+            .map_err(|err| BackendError::library(err.to_string()))?
             .with_name("tensorport")
             .with_telemetry(false)
             .build()
-            .map_err(|err| BackendError::Library(err.to_string()))?;
+            .map_err(|err| BackendError::library(err.to_string()))?;
         Ok(Self { env })
     }
 
@@ -53,10 +53,7 @@ impl OnnxRuntime {
         threads: RuntimeThreads,
         instances: usize,
     ) -> Result<OnnxModel, BackendError> {
-        let load_error = |message: String| BackendError::Load {
-            path: path.display().to_string(),
-            message,
-        };
+        let load_error = |message: String| BackendError::load(path, message);
         let first = self.session(path, threads)?;
         let signature = Signature {
             name: DEFAULT_SIGNATURE.to_owned(),
@@ -77,10 +74,7 @@ impl OnnxRuntime {
     }
 
     fn session(&self, path: &Path, threads: RuntimeThreads) -> Result<Session, BackendError> {
-        let load_error = |message: String| BackendError::Load {
-            path: path.display().to_string(),
-            message,
-        };
+        let load_error = |message: String| BackendError::load(path, message);
         let mut builder = Session::builder(&self.env).map_err(|err| load_error(err.to_string()))?;
         if threads.intra_op > 0 {
             builder = builder
@@ -214,7 +208,7 @@ impl OnnxModel {
     /// The first free session; when every one is busy (a warmup run beside serving ones),
     /// waits for the first.
     fn session(&self) -> Result<(MutexGuard<'_, Metered>, &AtomicU64), BackendError> {
-        let poisoned = || BackendError::Runtime("the session lock is poisoned".into());
+        let poisoned = || BackendError::runtime("the session lock is poisoned".into());
         for instance in &self.sessions {
             match instance.session.try_lock() {
                 Ok(guard) => return Ok((guard, &instance.held)),
@@ -225,7 +219,7 @@ impl OnnxModel {
         let first = self
             .sessions
             .first()
-            .ok_or_else(|| BackendError::Runtime("the model has no session".into()))?;
+            .ok_or_else(|| BackendError::runtime("the model has no session".into()))?;
         let guard = first.session.lock().map_err(|_| poisoned())?;
         Ok((guard, &first.held))
     }
@@ -274,7 +268,7 @@ impl Backend for OnnxModel {
             .map(|(name, tensor)| {
                 input_value(tensor)
                     .map(|value| (name.as_str(), value))
-                    .map_err(|err| BackendError::InvalidInput(err.in_input(name).to_string()))
+                    .map_err(|err| BackendError::invalid_input(err.in_input(name).to_string()))
             })
             .collect::<Result<Vec<_>, _>>()?;
 
@@ -292,7 +286,7 @@ impl Backend for OnnxModel {
             let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
             let tensor =
                 onnx_raw::tensor_over(target.as_ref(), element_type(spec.dtype), size, &dims)
-                    .map_err(BackendError::Runtime)?;
+                    .map_err(BackendError::runtime)?;
             if let Some(tensor) = tensor {
                 selector = selector.preallocate(name.clone(), tensor);
                 placed[i] = Some(InPlace {
@@ -305,7 +299,7 @@ impl Backend for OnnxModel {
         // Run options cost an allocation per run: only made when an output is preallocated.
         let options = if placed.iter().any(Option::is_some) {
             let options =
-                RunOptions::new().map_err(|err| BackendError::Runtime(err.to_string()))?;
+                RunOptions::new().map_err(|err| BackendError::runtime(err.to_string()))?;
             Some(options.with_outputs(selector))
         } else {
             None
@@ -329,7 +323,7 @@ impl Backend for OnnxModel {
             .zip(placed)
             .map(|(name, placed)| {
                 let value = results.remove(name).ok_or_else(|| {
-                    BackendError::Runtime(format!("the runtime returned no output '{name}'"))
+                    BackendError::runtime(format!("the runtime returned no output '{name}'"))
                 })?;
                 let tensor = match placed {
                     // Written in place: the output is a view of the caller's memory.
@@ -340,7 +334,7 @@ impl Backend for OnnxModel {
                     }) => {
                         let size = dtype.size().unwrap_or(1) * shape.iter().product::<usize>();
                         Tensor::dense(dtype, shape, target.view(size))
-                            .map_err(|err| BackendError::Runtime(err.to_string()))?
+                            .map_err(|err| BackendError::runtime(err.to_string()))?
                     }
                     None => output_tensor(value)?,
                 };
@@ -405,8 +399,8 @@ fn element_type(dtype: DataType) -> TensorElementType {
 
 fn run_error(err: ort::Error) -> BackendError {
     match err.code() {
-        ort::ErrorCode::InvalidArgument => BackendError::InvalidInput(err.message().to_owned()),
-        _ => BackendError::Runtime(err.to_string()),
+        ort::ErrorCode::InvalidArgument => BackendError::invalid_input(err.message().to_owned()),
+        _ => BackendError::runtime(err.to_string()),
     }
 }
 
@@ -505,19 +499,19 @@ fn ort_value<'v, V: Into<SessionInputValue<'v>>>(
 
 fn output_tensor(value: DynValue) -> Result<Tensor, BackendError> {
     let ValueType::Tensor { ty, shape, .. } = value.dtype() else {
-        return Err(BackendError::Runtime("an output is not a tensor".into()));
+        return Err(BackendError::runtime("an output is not a tensor".into()));
     };
     let dtype = data_type(*ty)
-        .ok_or_else(|| BackendError::Runtime(format!("unsupported output element type {ty}")))?;
+        .ok_or_else(|| BackendError::runtime(format!("unsupported output element type {ty}")))?;
     let shape = shape
         .iter()
         .map(|&dim| usize::try_from(dim))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| BackendError::Runtime("an output has a negative dimension".into()))?;
+        .map_err(|_| BackendError::runtime("an output has a negative dimension".into()))?;
     let tensor = if dtype == DataType::String {
         let count = crate::tensor::element_count(&shape)
-            .map_err(|err| BackendError::Runtime(err.to_string()))?;
-        let strings = onnx_raw::string_elements(&value, count).map_err(BackendError::Runtime)?;
+            .map_err(|err| BackendError::runtime(err.to_string()))?;
+        let strings = onnx_raw::string_elements(&value, count).map_err(BackendError::runtime)?;
         Tensor::from_strings(shape, strings)
     } else {
         Tensor::dense(
@@ -526,7 +520,7 @@ fn output_tensor(value: DynValue) -> Result<Tensor, BackendError> {
             Bytes::from_owner(OutputBuffer { value, dtype }),
         )
     };
-    tensor.map_err(|err| BackendError::Runtime(err.to_string()))
+    tensor.map_err(|err| BackendError::runtime(err.to_string()))
 }
 
 /// Keeps a runtime-allocated output alive for as long as its bytes are referenced.

@@ -98,10 +98,7 @@ impl Loader {
         config: &ModelConfig,
     ) -> Result<Arc<dyn Backend>, BackendError> {
         let threads = config.runtime.threads(self.threads);
-        let load_error = |message: String| BackendError::Load {
-            path: folder.path.display().to_string(),
-            message,
-        };
+        let load_error = |message: String| BackendError::load(&folder.path, message);
         let (format, path) = locate(&folder.path, config).map_err(load_error)?;
         if let Some(platform) = &config.platform {
             if platform != format.platform() {
@@ -228,10 +225,7 @@ fn load_torch(
     config: &ModelConfig,
     threads: RuntimeThreads,
 ) -> Result<Arc<dyn Backend>, BackendError> {
-    let load_error = |message: String| BackendError::Load {
-        path: path.display().to_string(),
-        message,
-    };
+    let load_error = |message: String| BackendError::load(path, message);
     let signature = config.signature().map_err(load_error)?.ok_or_else(|| {
         load_error(format!(
             "a TorchScript file has no signature: {SIGNATURE_HELP}"
@@ -248,12 +242,12 @@ fn load_torch(
     _config: &ModelConfig,
     _threads: RuntimeThreads,
 ) -> Result<Arc<dyn Backend>, BackendError> {
-    Err(BackendError::Load {
-        path: path.display().to_string(),
-        message: "this build serves no TorchScript: build with `--features torch` \
-                  (`FEATURES=torch make serve`)"
+    Err(BackendError::load(
+        path,
+        "this build serves no TorchScript: build with `--features torch` \
+         (`FEATURES=torch make serve`)"
             .into(),
-    })
+    ))
 }
 
 #[cfg(feature = "tensorflow")]
@@ -269,12 +263,12 @@ fn load_saved_model(
     dir: &std::path::Path,
     _threads: RuntimeThreads,
 ) -> Result<Arc<dyn Backend>, BackendError> {
-    Err(BackendError::Load {
-        path: dir.display().to_string(),
-        message: "this build serves no TensorFlow SavedModels: build with \
-                  `--features tensorflow` (`FEATURES=tensorflow make serve`)"
+    Err(BackendError::load(
+        dir,
+        "this build serves no TensorFlow SavedModels: build with \
+         `--features tensorflow` (`FEATURES=tensorflow make serve`)"
             .into(),
-    })
+    ))
 }
 
 /// A model version that loaded, warmed up, and serves.
