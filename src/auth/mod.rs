@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use http::HeaderMap;
 
-use crate::error::ErrorKind;
+use crate::error_kind::ErrorKind;
 
 pub use groups::Group;
 pub use layer::AuthLayer;
