@@ -27,8 +27,6 @@ mod error;
 mod execute;
 mod gather;
 mod handle;
-#[cfg(test)]
-mod inline_tests;
 mod instance_threads;
 mod instances;
 mod policy;
