@@ -9,6 +9,7 @@
 mod admin;
 mod budget;
 mod charge;
+mod config_files;
 mod confine;
 mod control;
 mod declared;
@@ -36,14 +37,15 @@ pub use budget::{
     files_size, parse_size, peak_resident_bytes, resident_bytes, LoadMeasure, MemoryMeter,
 };
 pub use charge::MemoryCharge;
+pub use config_files::ModelConfigError;
 pub use confine::{check_model_name, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES};
 pub use control::ServedModel;
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use lifecycle::{BackendDecorator, ModelRepository};
 pub use loader::{Loader, MAX_AUTOMATIC_INSTANCES};
 pub use model_config::{
-    InstancesConfig, LifecycleConfig, ModelConfig, ModelConfigError, ReloadMode, VersionPolicy,
-    WarmupConfig, MAX_INSTANCES, MODEL_CONFIG_FILE,
+    InstancesConfig, LifecycleConfig, ModelConfig, ReloadMode, VersionPolicy, WarmupConfig,
+    MAX_INSTANCES, MODEL_CONFIG_FILE,
 };
 pub use residency::ResidencyError;
 pub use scan::{
