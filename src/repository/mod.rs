@@ -5,6 +5,17 @@
 //! snapshot (a reference-count bump), resolves its model version there, and keeps that version
 //! alive for as long as it runs. The lifecycle ([`ModelRepository`]) builds new snapshots as
 //! versions load, warm up, and retire, and swaps them in atomically.
+//!
+//! Files import one way, from the work down to what it shares:
+//! - `ModelRepository`, one `impl` block per concern: lifecycle.rs (the struct, its builders,
+//!   publishing), reconcile.rs, admin.rs, load.rs, retire.rs, on_demand.rs (under a memory
+//!   budget); none imports another but lifecycle.rs, for the struct.
+//! - Below them: snapshot.rs (the serving state), control.rs (what the reconciler remembers),
+//!   residency.rs (loads in progress, use order, refusals), loader.rs (folder -> backend),
+//!   charge.rs, budget.rs, confine.rs, scan.rs, warmup.rs, warmup_log.rs.
+//! - Settings: config_files.rs reads config.toml over triton_config.rs's reading of a
+//!   config.pbtxt, both into model_config.rs's one typed config; startup.rs, tfs_config.rs and
+//!   tfs_batching.rs read TF Serving's start-up files.
 
 mod admin;
 mod budget;
