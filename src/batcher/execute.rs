@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::channel::Reply;
 use super::gather::{gather, scatter};
-use super::task::Telemetry;
+use super::telemetry::Telemetry;
 use super::{BatchError, BatcherError};
 use crate::backend::{Backend, BackendError, NamedTensor, OutputTarget};
 use crate::metrics::CopyStage;

@@ -2,14 +2,7 @@
 //! statistics stay right around them. Whether a request ran inline is read from the counter,
 //! never from timing: the bound is set so that every measured run is "fast" (or none is).
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures::future::join_all;
-
-use super::tests::{batches, doubled, request, settings, Behaviour, Mock};
 use super::*;
-use crate::error_kind::ErrorKind;
 
 /// A bound no run of the mock comes near: once measured, the mock counts as fast.
 const ANY_MEASURED: Duration = Duration::from_secs(3600);
