@@ -5,7 +5,8 @@
 //! `n` examples and `k` classes. With only `scores`, labels are empty; with only `classes`,
 //! scores are 0, as in TF Serving.
 
-use crate::api::tfserving::examples::{self, float_rows, Examples};
+use super::examples::{self, float_rows, Examples};
+use super::methods::CLASSIFY_METHOD;
 use crate::backend::Signature;
 use crate::error::Error;
 use crate::infer::{InferService, ModelTarget, PredictionResult};
@@ -13,8 +14,6 @@ use crate::proto::tensorflow::serving::{Class, ClassificationResult, Classificat
 use crate::request::RequestContext;
 use crate::tensor::{DataType, Tensor};
 
-/// TF Serving's method name for classification signatures.
-pub const CLASSIFY_METHOD: &str = "tensorflow/serving/classify";
 const CLASSES: &str = "classes";
 const SCORES: &str = "scores";
 

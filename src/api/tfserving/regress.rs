@@ -4,15 +4,13 @@
 //! one named `scores` (TensorFlow's regression signatures call it `outputs`); float32 or
 //! float64, shaped `[n]` or `[n, 1]` for `n` examples.
 
-use crate::api::tfserving::examples::{self, float_rows, Examples};
+use super::examples::{self, float_rows, Examples};
+use super::methods::REGRESS_METHOD;
 use crate::backend::Signature;
 use crate::error::Error;
 use crate::infer::{InferService, ModelTarget, PredictionResult};
 use crate::proto::tensorflow::serving::{Regression, RegressionResult};
 use crate::request::RequestContext;
-
-/// TF Serving's method name for regression signatures.
-pub const REGRESS_METHOD: &str = "tensorflow/serving/regress";
 
 /// Runs a Regress and reads the answer back as TF Serving's result.
 pub async fn run(

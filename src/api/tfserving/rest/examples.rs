@@ -28,13 +28,13 @@ use crate::request::RequestContext;
 
 /// Which of the two example verbs a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
+pub(super) enum Verb {
     Classify,
     Regress,
 }
 
 /// Answers one `:classify` or `:regress` request.
-pub async fn answer(
+pub(super) async fn answer(
     infer: &InferService,
     context: Option<&RequestContext>,
     model: &str,
