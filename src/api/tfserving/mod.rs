@@ -11,8 +11,10 @@
 //! - [`examples`]: `tf.Example` inputs turned into a signature's tensors and run.
 //! - [`classify`], [`regress`]: the two examples operations, read back as TF Serving's results.
 //! - [`methods`]: the method names signatures declare.
+//! - [`error`]: what fails in this layer, one enum per concern, each a bad request.
 
 pub mod classify;
+pub mod error;
 pub mod examples;
 pub mod grpc;
 pub mod methods;
