@@ -1,5 +1,6 @@
 //! An output read back one row per example, as Classify's scores and Regress's values are.
 
+use crate::api::tfserving::error::TaskError;
 use crate::error::Error;
 use crate::tensor::{DataType, Tensor};
 
@@ -10,9 +11,12 @@ pub fn float_rows(name: &str, tensor: &Tensor, rows: usize) -> Result<(usize, Ve
         [n] if *n == rows => 1,
         [n, k] if *n == rows => *k,
         shape => {
-            return Err(Error::invalid(format!(
-                "output '{name}' has shape {shape:?}; for {rows} examples it must be [{rows}] or [{rows}, k]"
-            )))
+            return Err(TaskError::RowShape {
+                output: name.to_owned(),
+                shape: shape.to_vec(),
+                rows,
+            }
+            .into())
         }
     };
     let values = match tensor.dtype() {
@@ -21,9 +25,11 @@ pub fn float_rows(name: &str, tensor: &Tensor, rows: usize) -> Result<(usize, Ve
             .view::<f64>()
             .map(|v| v.iter().map(|&x| x as f32).collect()),
         dtype => {
-            return Err(Error::invalid(format!(
-                "output '{name}' has dtype {dtype}; scores and regression values must be float32 or float64"
-            )))
+            return Err(TaskError::ValueDtype {
+                output: name.to_owned(),
+                dtype,
+            }
+            .into())
         }
     }
     .map_err(Error::from)?;

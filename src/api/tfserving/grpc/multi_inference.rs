@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::support::{answered_spec, spec_selector, TfServingGrpc};
+use crate::api::tfserving::error::TaskError;
 use crate::api::tfserving::examples::Examples;
 use crate::api::tfserving::methods::{CLASSIFY_METHOD, REGRESS_METHOD};
 use crate::api::tfserving::{classify, regress};
@@ -43,7 +44,7 @@ async fn run(
     let examples = Examples::from_input(input)?;
     let mut results = Vec::with_capacity(tasks.len());
     for task in &tasks {
-        let spec = task.model_spec.as_ref().ok_or_else(no_spec)?;
+        let spec = task.model_spec.as_ref().ok_or(TaskError::NoTaskSpec)?;
         let target = ModelTarget {
             model: &spec.name,
             version: spec_selector(spec)?,
@@ -71,36 +72,29 @@ async fn run(
     Ok(MultiInferenceResponse { results })
 }
 
-fn no_spec() -> Error {
-    Error::invalid("a task has no model_spec")
-}
-
 /// The rules TF Serving applies before running anything.
-fn check_tasks(tasks: &[InferenceTask]) -> Result<(), Error> {
+fn check_tasks(tasks: &[InferenceTask]) -> Result<(), TaskError> {
     let Some(first) = tasks.first() else {
-        return Err(Error::invalid("the request has no tasks"));
+        return Err(TaskError::NoTasks);
     };
-    let model = &first.model_spec.as_ref().ok_or_else(no_spec)?.name;
+    let model = &first.model_spec.as_ref().ok_or(TaskError::NoTaskSpec)?.name;
     let mut signatures = HashSet::new();
     for task in tasks {
-        let spec = task.model_spec.as_ref().ok_or_else(no_spec)?;
+        let spec = task.model_spec.as_ref().ok_or(TaskError::NoTaskSpec)?;
         if &spec.name != model {
-            return Err(Error::invalid(format!(
-                "every task must name the same model; got '{model}' and '{}'",
-                spec.name
-            )));
+            return Err(TaskError::DifferentModels {
+                first: model.clone(),
+                other: spec.name.clone(),
+            });
         }
         if !signatures.insert((spec.signature_name.as_str(), task.method_name.as_str())) {
-            return Err(Error::invalid(format!(
-                "signature '{}' is asked for {} by more than one task",
-                spec.signature_name, task.method_name
-            )));
+            return Err(TaskError::RepeatedTask {
+                signature: spec.signature_name.clone(),
+                method: task.method_name.clone(),
+            });
         }
         if task.method_name != CLASSIFY_METHOD && task.method_name != REGRESS_METHOD {
-            return Err(Error::invalid(format!(
-                "task method_name '{}' is not supported; use \"{CLASSIFY_METHOD}\" or \"{REGRESS_METHOD}\"",
-                task.method_name
-            )));
+            return Err(TaskError::UnsupportedMethod(task.method_name.clone()));
         }
     }
     Ok(())
