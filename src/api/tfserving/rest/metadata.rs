@@ -4,9 +4,9 @@
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 
-use super::rest_path::{version_selector, VersionRef};
-use super::signature_defs;
+use super::path::{version_selector, VersionRef};
 use crate::api::rest_util::json_response;
+use crate::api::tfserving::signatures::signature_defs;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::request::RequestContext;

@@ -1,8 +1,16 @@
 //! TF Serving's REST API under `/v1/models/...`.
 //!
 //! axum cannot route `{name}:predict` (one parameter per segment), so everything under
-//! `/v1/models/` arrives here and `crate::rest_target` splits the path itself; each operation is in its
-//! own file (`rest_status`, `rest_metadata`, `rest_predict`, `rest_examples`).
+//! `/v1/models/` arrives here and `crate::rest_target` splits the path itself. This file is
+//! the dispatcher; each operation is in its own file below it (`status`, `metadata`,
+//! `predict/`, `examples` for `:classify` and `:regress`), and the one thing they share,
+//! reading a path's version, is the `path` leaf, so that no operation imports the dispatcher.
+
+mod examples;
+mod metadata;
+mod path;
+mod predict;
+mod status;
 
 use std::sync::Arc;
 
@@ -13,12 +21,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::Extension;
 
-use super::rest_examples;
-use super::rest_metadata::metadata;
-pub use super::rest_path::SERVED_PATHS;
-use super::rest_path::{version_selector, RestTarget, VERBS};
-use super::rest_predict::predict;
-use super::rest_status::status;
+use self::examples::Verb;
+use self::metadata::metadata;
+use self::path::{version_selector, RestTarget, VERBS};
+use self::predict::predict;
+use self::status::status;
 use crate::api::payload::Payload;
 use crate::api::rest_util::RestError;
 use crate::api::route_table::Routes;
@@ -26,6 +33,7 @@ use crate::api::AppState;
 use crate::infer::InferService;
 use crate::request::RequestContext;
 use crate::rest_target::tf_serving_rest;
+pub use crate::rest_target::SERVED_PATHS;
 use crate::wire_error::PredictBodyError;
 
 /// The `/v1` routes, waiting for their state.
@@ -88,14 +96,12 @@ pub(crate) async fn answer(
             &Method::POST,
         ) => {
             let verb = if verb == "classify" {
-                rest_examples::Verb::Classify
+                Verb::Classify
             } else {
-                rest_examples::Verb::Regress
+                Verb::Regress
             };
             match version_selector(version) {
-                Ok(version) => {
-                    rest_examples::answer(infer, context, model, version, verb, body).await
-                }
+                Ok(version) => examples::answer(infer, context, model, version, verb, body).await,
                 Err(err) => Err(err),
             }
         }

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use crate::api::rest_util::json_response;
+use crate::api::tfserving::error::{ExampleBodyError, FeatureOwner, FeatureValueError};
 use crate::api::tfserving::examples::Examples;
 use crate::api::tfserving::{classify, regress};
 use crate::error::Error;
@@ -28,13 +29,13 @@ use crate::request::RequestContext;
 
 /// Which of the two example verbs a request is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
+pub(super) enum Verb {
     Classify,
     Regress,
 }
 
 /// Answers one `:classify` or `:regress` request.
-pub async fn answer(
+pub(super) async fn answer(
     infer: &InferService,
     context: Option<&RequestContext>,
     model: &str,
@@ -75,25 +76,20 @@ pub async fn answer(
 }
 
 /// The signature name and the examples of a request body.
-fn parse(body: &[u8]) -> Result<(String, Examples), Error> {
-    let parsed: Value = crate::api::json_body::parse(body)
-        .map_err(|err| Error::invalid(format!("the request body is not valid JSON: {err}")))?;
+fn parse(body: &[u8]) -> Result<(String, Examples), ExampleBodyError> {
+    let parsed: Value = crate::api::json_body::parse(body).map_err(ExampleBodyError::NotJson)?;
     let Value::Object(fields) = parsed else {
-        return Err(Error::invalid("the request body must be a JSON object"));
+        return Err(ExampleBodyError::NotObject);
     };
     let signature = match fields.get("signature_name") {
         None => String::new(),
         Some(Value::String(name)) => name.clone(),
-        Some(_) => return Err(Error::invalid("\"signature_name\" must be a string")),
+        Some(_) => return Err(ExampleBodyError::SignatureNameNotString),
     };
     let context = match fields.get("context") {
         None => None,
-        Some(Value::Object(map)) => Some(features(map, "context")?),
-        Some(_) => {
-            return Err(Error::invalid(
-                "\"context\" must be a JSON object of features",
-            ))
-        }
+        Some(Value::Object(map)) => Some(features(map, FeatureOwner::Context)?),
+        Some(_) => return Err(ExampleBodyError::ContextNotObject),
     };
     let examples = match fields.get("examples") {
         Some(Value::Array(list)) => list
@@ -101,39 +97,40 @@ fn parse(body: &[u8]) -> Result<(String, Examples), Error> {
             .enumerate()
             .map(|(i, value)| match value {
                 Value::Object(map) => Ok(Example {
-                    features: Some(features(map, &format!("example {i}"))?),
+                    features: Some(features(map, FeatureOwner::Example(i))?),
                 }),
-                _ => Err(Error::invalid(format!(
-                    "example {i} must be a JSON object of features"
-                ))),
+                _ => Err(ExampleBodyError::ExampleNotObject(i)),
             })
             .collect::<Result<Vec<_>, _>>()?,
-        Some(_) => return Err(Error::invalid("\"examples\" must be a JSON array")),
-        None => return Err(Error::invalid("the request has no \"examples\"")),
+        Some(_) => return Err(ExampleBodyError::ExamplesNotArray),
+        None => return Err(ExampleBodyError::NoExamples),
     };
     Ok((signature, Examples::new(examples, context)?))
 }
 
-fn features(map: &Map<String, Value>, owner: &str) -> Result<Features, Error> {
+fn features(map: &Map<String, Value>, owner: FeatureOwner) -> Result<Features, ExampleBodyError> {
     let feature = map
         .iter()
         .map(|(name, value)| {
-            let kind = kind(value)
-                .map_err(|why| Error::invalid(format!("feature '{name}' of {owner}: {why}")))?;
+            let kind = kind(value).map_err(|source| ExampleBodyError::Feature {
+                name: name.clone(),
+                owner,
+                source,
+            })?;
             Ok((name.clone(), Feature { kind: Some(kind) }))
         })
-        .collect::<Result<_, Error>>()?;
+        .collect::<Result<_, ExampleBodyError>>()?;
     Ok(Features { feature })
 }
 
 /// One JSON feature value as a feature list.
-fn kind(value: &Value) -> Result<feature::Kind, String> {
+fn kind(value: &Value) -> Result<feature::Kind, FeatureValueError> {
     let values = match value {
         Value::Array(values) => values.as_slice(),
         single => std::slice::from_ref(single),
     };
     let Some(first) = values.first() else {
-        return Err("an empty list has no kind; give at least one value".into());
+        return Err(FeatureValueError::EmptyList);
     };
     match first {
         Value::Number(_) if values.iter().all(|v| v.is_i64()) => {
@@ -146,27 +143,27 @@ fn kind(value: &Value) -> Result<feature::Kind, String> {
             .map(|v| v.as_f64().map(|f| f as f32))
             .collect::<Option<Vec<f32>>>()
             .map(|value| feature::Kind::FloatList(FloatList { value }))
-            .ok_or_else(|| "a list mixes numbers with other values".to_owned()),
+            .ok_or(FeatureValueError::MixedNumbers),
         Value::String(_) | Value::Object(_) => values
             .iter()
             .map(bytes_value)
-            .collect::<Result<Vec<Bytes>, String>>()
+            .collect::<Result<Vec<Bytes>, FeatureValueError>>()
             .map(|value| feature::Kind::BytesList(BytesList { value })),
-        _ => Err("values must be numbers, strings or {\"b64\": ...} objects".into()),
+        _ => Err(FeatureValueError::NotFeatureValue),
     }
 }
 
-fn bytes_value(value: &Value) -> Result<Bytes, String> {
+fn bytes_value(value: &Value) -> Result<Bytes, FeatureValueError> {
     match value {
         Value::String(text) => Ok(Bytes::copy_from_slice(text.as_bytes())),
         Value::Object(map) if map.len() == 1 => match map.get("b64") {
             Some(Value::String(encoded)) => base64::engine::general_purpose::STANDARD
                 .decode(encoded)
                 .map(Bytes::from)
-                .map_err(|err| format!("invalid base64 in \"b64\": {err}")),
-            _ => Err("a bytes value is a string or {\"b64\": \"...\"}".into()),
+                .map_err(FeatureValueError::Base64),
+            _ => Err(FeatureValueError::NotBytes),
         },
-        _ => Err("a list mixes strings with other values".into()),
+        _ => Err(FeatureValueError::MixedStrings),
     }
 }
 

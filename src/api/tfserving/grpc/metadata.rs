@@ -5,8 +5,8 @@ use std::sync::Arc;
 use prost::Message;
 use tonic::{Request, Response, Status};
 
-use super::grpc::{answered_spec, TfServingGrpc};
-use super::signature_defs;
+use super::support::{answered_spec, TfServingGrpc};
+use crate::api::tfserving::signatures::signature_defs;
 use crate::error::Error;
 use crate::proto::tensorflow::serving::{
     GetModelMetadataRequest, GetModelMetadataResponse, SignatureDefMap,

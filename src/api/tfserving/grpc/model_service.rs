@@ -2,8 +2,8 @@
 
 use tonic::{Request, Response, Status};
 
-use super::grpc::{spec_selector, TfServingGrpc};
-use super::version_statuses;
+use super::support::{spec_selector, TfServingGrpc};
+use crate::api::tfserving::status::version_statuses;
 use crate::error::Error;
 use crate::proto::tensorflow::serving::model_server_config;
 use crate::proto::tensorflow::serving::{

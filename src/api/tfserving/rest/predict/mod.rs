@@ -1,13 +1,20 @@
 //! TF Serving REST predict: `POST /v1/models/{name}[...]:predict`, in the row
 //! (`instances`) and columnar (`inputs`) formats, answered as `predictions` or `outputs`.
+//!
+//! The body's envelope is read by `body`, its large tensor lists first lifted out by `lift`,
+//! and its tensors decoded against the signature by `inputs`.
+
+mod body;
+mod inputs;
+mod lift;
 
 use axum::response::Response;
 use serde_json::Value;
 
-use super::predict_body::{Instances, PredictBody};
-use super::predict_inputs::{column_inputs, row_inputs, whole_row_inputs, Layout, Texts};
-use super::predict_lift::{self, PredictLift};
-use super::rest_path::{version_selector, VersionRef};
+use self::body::{Instances, PredictBody};
+use self::inputs::{column_inputs, row_inputs, whole_row_inputs, Layout, Texts};
+use self::lift::PredictLift;
+use super::path::{version_selector, VersionRef};
 use crate::api::heavy::{json_text_estimate, run_heavy};
 use crate::api::json_body;
 use crate::api::json_tensor::{write_json_str, write_tensor};
@@ -39,7 +46,7 @@ pub(super) async fn predict(
     };
     // Large tensor lists first take the lifted route; anything it does not take to the end
     // of decoding goes the general way, which accepts it or words the error.
-    let lifted = run_heavy(body.len(), || predict_lift::lift(body));
+    let lifted = run_heavy(body.len(), || lift::lift(body));
     let mut prepared = None;
     if let Some(lifted) = &lifted {
         match request

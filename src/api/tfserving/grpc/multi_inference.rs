@@ -1,4 +1,4 @@
-//! TF Serving's MultiInference: several Classify and Regress tasks over the same examples.
+//! TF Serving gRPC `MultiInference`: several Classify and Regress tasks over the same examples.
 //!
 //! As in TF Serving, every task names the same model and `method_name` says which operation
 //! the task is. TF Serving also wants a different signature per task, since it merges the
@@ -8,37 +8,46 @@
 //! the first failure fails the request.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
-use crate::api::tfserving::classify::{self, CLASSIFY_METHOD};
+use tonic::{Request, Response, Status};
+
+use super::support::{answered_spec, spec_selector, TfServingGrpc};
+use crate::api::tfserving::error::TaskError;
 use crate::api::tfserving::examples::Examples;
-use crate::api::tfserving::regress::{self, REGRESS_METHOD};
+use crate::api::tfserving::methods::{CLASSIFY_METHOD, REGRESS_METHOD};
+use crate::api::tfserving::{classify, regress};
 use crate::error::Error;
-use crate::infer::{InferService, ModelTarget, PredictionResult};
+use crate::infer::{InferService, ModelTarget};
 use crate::proto::tensorflow::serving::{
-    inference_result, InferenceResult, InferenceTask, ModelSpec, MultiInferenceRequest,
-    MultiInferenceResponse,
+    inference_result, InferenceResult, InferenceTask, MultiInferenceRequest, MultiInferenceResponse,
 };
-use crate::repository::VersionSelector;
 use crate::request::RequestContext;
 
-/// Runs every task of `request`; `selector` reads the version a task's model spec asks for
-/// and `answered` names the version and signature that answered.
-pub async fn run(
+pub(super) async fn multi_inference(
+    grpc: &TfServingGrpc,
+    request: Request<MultiInferenceRequest>,
+) -> Result<Response<MultiInferenceResponse>, Status> {
+    let context = request.extensions().get::<Arc<RequestContext>>().cloned();
+    let response = run(&grpc.infer, request.into_inner(), context.as_deref()).await?;
+    Ok(Response::new(response))
+}
+
+/// Runs every task of `request`, each answered with the version and signature that ran it.
+async fn run(
     infer: &InferService,
     request: MultiInferenceRequest,
     context: Option<&RequestContext>,
-    selector: impl Fn(&ModelSpec) -> Result<VersionSelector, Error>,
-    answered: impl Fn(&PredictionResult) -> ModelSpec,
 ) -> Result<MultiInferenceResponse, Error> {
     let MultiInferenceRequest { tasks, input } = request;
     check_tasks(&tasks)?;
     let examples = Examples::from_input(input)?;
     let mut results = Vec::with_capacity(tasks.len());
     for task in &tasks {
-        let spec = task.model_spec.as_ref().ok_or_else(no_spec)?;
+        let spec = task.model_spec.as_ref().ok_or(TaskError::NoTaskSpec)?;
         let target = ModelTarget {
             model: &spec.name,
-            version: selector(spec)?,
+            version: spec_selector(spec)?,
             signature: &spec.signature_name,
         };
         let (answer, result) = match task.method_name.as_str() {
@@ -56,43 +65,36 @@ pub async fn run(
             }
         };
         results.push(InferenceResult {
-            model_spec: Some(answered(&answer)),
+            model_spec: Some(answered_spec(&answer.model, &answer.signature().name)),
             result: Some(result),
         });
     }
     Ok(MultiInferenceResponse { results })
 }
 
-fn no_spec() -> Error {
-    Error::invalid("a task has no model_spec")
-}
-
 /// The rules TF Serving applies before running anything.
-fn check_tasks(tasks: &[InferenceTask]) -> Result<(), Error> {
+fn check_tasks(tasks: &[InferenceTask]) -> Result<(), TaskError> {
     let Some(first) = tasks.first() else {
-        return Err(Error::invalid("the request has no tasks"));
+        return Err(TaskError::NoTasks);
     };
-    let model = &first.model_spec.as_ref().ok_or_else(no_spec)?.name;
+    let model = &first.model_spec.as_ref().ok_or(TaskError::NoTaskSpec)?.name;
     let mut signatures = HashSet::new();
     for task in tasks {
-        let spec = task.model_spec.as_ref().ok_or_else(no_spec)?;
+        let spec = task.model_spec.as_ref().ok_or(TaskError::NoTaskSpec)?;
         if &spec.name != model {
-            return Err(Error::invalid(format!(
-                "every task must name the same model; got '{model}' and '{}'",
-                spec.name
-            )));
+            return Err(TaskError::DifferentModels {
+                first: model.clone(),
+                other: spec.name.clone(),
+            });
         }
         if !signatures.insert((spec.signature_name.as_str(), task.method_name.as_str())) {
-            return Err(Error::invalid(format!(
-                "signature '{}' is asked for {} by more than one task",
-                spec.signature_name, task.method_name
-            )));
+            return Err(TaskError::RepeatedTask {
+                signature: spec.signature_name.clone(),
+                method: task.method_name.clone(),
+            });
         }
         if task.method_name != CLASSIFY_METHOD && task.method_name != REGRESS_METHOD {
-            return Err(Error::invalid(format!(
-                "task method_name '{}' is not supported; use \"{CLASSIFY_METHOD}\" or \"{REGRESS_METHOD}\"",
-                task.method_name
-            )));
+            return Err(TaskError::UnsupportedMethod(task.method_name.clone()));
         }
     }
     Ok(())

@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::grpc::{answered_spec, spec_target, TfServingGrpc};
-use super::tensor_proto;
+use super::support::{answered_spec, spec_target, TfServingGrpc};
 use crate::error::Error;
 use crate::infer::Decoded;
 use crate::proto::tensorflow::serving::{PredictRequest, PredictResponse};
 use crate::request::RequestContext;
+use crate::tensor::tensor_proto;
 
 pub(super) async fn predict(
     grpc: &TfServingGrpc,

@@ -1,10 +1,9 @@
 //! The paths under `/v1/models/`: [`crate::rest_target`] decodes and splits them (the auth
-//! layer reads them there too); what is left here is turning a path's version into the
-//! repository's selector.
+//! layer reads them there too); what is left here, shared by every REST operation, is turning
+//! a path's version into the repository's selector.
 
 use crate::error::Error;
 use crate::repository::VersionSelector;
-pub use crate::rest_target::SERVED_PATHS;
 pub(super) use crate::rest_target::{RestTarget, VersionRef, VERBS};
 
 pub(super) fn version_selector(version: VersionRef<'_>) -> Result<VersionSelector, Error> {
