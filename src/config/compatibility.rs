@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::aliases::spellings_of;
+
 /// TF Serving's ways of naming models and batching, and its Predict answer encoding.
 #[derive(Debug, Clone, Args)]
 pub struct CompatibilityArgs {
@@ -21,7 +23,7 @@ pub struct CompatibilityArgs {
         long,
         env = "TENSORPORT_MODEL_CONFIG_FILE",
         value_name = "FILE",
-        alias = "model_config_file",
+        aliases = spellings_of("model_config_file"),
         conflicts_with = "model_base_path"
     )]
     pub model_config_file: Option<PathBuf>,
@@ -32,7 +34,7 @@ pub struct CompatibilityArgs {
         long,
         env = "TENSORPORT_MODEL_CONFIG_FILE_POLL_SECS",
         default_value_t = 0,
-        alias = "model_config_file_poll_wait_seconds"
+        aliases = spellings_of("model_config_file_poll_secs")
     )]
     pub model_config_file_poll_secs: u64,
 
@@ -42,7 +44,7 @@ pub struct CompatibilityArgs {
         long,
         env = "TENSORPORT_MODEL_NAME",
         value_name = "NAME",
-        alias = "model_name"
+        aliases = spellings_of("model_name")
     )]
     pub model_name: Option<String>,
 
@@ -52,14 +54,14 @@ pub struct CompatibilityArgs {
         long,
         env = "TENSORPORT_MODEL_BASE_PATH",
         value_name = "PATH",
-        alias = "model_base_path"
+        aliases = spellings_of("model_base_path")
     )]
     pub model_base_path: Option<PathBuf>,
 
     /// Turn dynamic batching on for models without batching settings of their own, with TF
     /// Serving's defaults (max_batch_size 1000) or --batching-parameters-file. Alias:
     /// --enable_batching.
-    #[arg(long, env = "TENSORPORT_ENABLE_BATCHING", alias = "enable_batching",
+    #[arg(long, env = "TENSORPORT_ENABLE_BATCHING", aliases = spellings_of("enable_batching"),
           num_args = 0..=1, default_missing_value = "true", default_value_t = false,
           action = clap::ArgAction::Set)]
     pub enable_batching: bool,
@@ -71,7 +73,7 @@ pub struct CompatibilityArgs {
         long,
         env = "TENSORPORT_BATCHING_PARAMETERS_FILE",
         value_name = "FILE",
-        alias = "batching_parameters_file"
+        aliases = spellings_of("batching_parameters_file")
     )]
     pub batching_parameters_file: Option<PathBuf>,
 }

@@ -8,9 +8,11 @@
 //!   settings built from it (`ServerOptions`, `ShmLimits`, `BatchSettings`).
 //! - `network`, `models`, `batching`, `overload`, `security`, `shared_memory`,
 //!   `observability`, `compatibility`: the flags of each heading, in `--help`'s order.
+//! - `aliases`: the table of TF Serving's and Triton's spellings each flag also answers to.
 //! - `file`: the `--config` file read as extra arguments.
 //! - `error`: `ConfigError`, the one error of this layer.
 
+mod aliases;
 mod batching;
 mod cli;
 mod compatibility;
@@ -24,6 +26,7 @@ mod security;
 mod serve_args;
 mod shared_memory;
 
+pub use aliases::{spellings_of, Peer, PeerSpelling, PEER_SPELLINGS};
 pub use batching::BatchingArgs;
 pub use cli::{missing_serve_hint, Cli, Command};
 pub use compatibility::CompatibilityArgs;

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::aliases::spellings_of;
+
 /// Where the models are, and the runtime threads, instances and memory they get.
 #[derive(Debug, Clone, Args)]
 pub struct ModelsArgs {
@@ -12,7 +14,7 @@ pub struct ModelsArgs {
     /// model file directly) or a model file is served as that one model. Alias:
     /// --model-repository (Triton).
     #[arg(long, env = "TENSORPORT_MODEL_DIR", value_name = "DIR",
-          aliases = ["model-repository", "model_repository"])]
+          aliases = spellings_of("model_dir"))]
     pub model_dir: Option<PathBuf>,
 
     /// Path to libonnxruntime.so; by default ORT_DYLIB_PATH, then the project's .venv.
@@ -60,7 +62,7 @@ pub struct ModelsArgs {
         long,
         env = "TENSORPORT_MODEL_POLL_SECS",
         default_value_t = 2,
-        aliases = ["file_system_poll_wait_seconds", "repository-poll-secs"]
+        aliases = spellings_of("model_poll_secs")
     )]
     pub model_poll_secs: u64,
 }

@@ -4,6 +4,8 @@ use std::net::IpAddr;
 
 use clap::Args;
 
+use super::aliases::spellings_of;
+
 /// Where the server listens, how long connections may take, and how it stops.
 #[derive(Debug, Clone, Args)]
 pub struct NetworkArgs {
@@ -17,14 +19,14 @@ pub struct NetworkArgs {
         long,
         env = "TENSORPORT_GRPC_PORT",
         default_value_t = 8500,
-        alias = "port"
+        aliases = spellings_of("grpc_port")
     )]
     pub grpc_port: u16,
 
     /// HTTP port (TF Serving REST, KServe HTTP); 0 picks a free port.
     /// Aliases: --rest_api_port (TF Serving), --http-port (Triton).
     #[arg(long, env = "TENSORPORT_REST_PORT", default_value_t = 8501,
-          aliases = ["rest_api_port", "http-port"])]
+          aliases = spellings_of("rest_port"))]
     pub rest_port: u16,
 
     /// Async worker threads for the network side (0: one per core).
