@@ -83,11 +83,10 @@ impl Cli {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-    use std::time::Duration;
+    use std::collections::BTreeMap;
 
     use super::*;
-    use crate::config::LogFormat;
+    use crate::server::ServerOptions;
 
     fn args(list: &[&str]) -> Vec<OsString> {
         list.iter().map(OsString::from).collect()
@@ -98,182 +97,274 @@ mod tests {
         serve
     }
 
-    #[test]
-    fn flags_parse_with_defaults() -> Result<(), ConfigError> {
-        let dir = std::env::temp_dir();
-        let dir = dir.to_string_lossy();
-        let cli = Cli::parse_from_args(args(&["tensorport", "serve", "--model-dir", &dir]))?;
-        let serve = serve(cli);
-        assert_eq!(serve.network.grpc_port, 8500);
-        assert_eq!(serve.network.rest_port, 8501);
-        let options = serve.server_options()?;
-        assert!(options.overload.rate_limit.is_none());
-        assert_eq!(options.overload.max_concurrent_requests, 512);
-        assert_eq!(options.overload.request_timeout, None);
-        assert_eq!(options.drain, Duration::from_secs(30));
-        Ok(())
+    /// `tensorport serve` and `line`, with `{dir}` standing for a folder that exists and
+    /// `{keys}` for a file of two API keys.
+    fn parse(line: &[&str], dir: &str, keys: &str) -> Result<ServeArgs, ConfigError> {
+        let line: Vec<String> = ["tensorport", "serve"]
+            .iter()
+            .chain(line)
+            .map(|word| word.replace("{dir}", dir).replace("{keys}", keys))
+            .collect();
+        Cli::parse_from_args(line.iter().map(OsString::from).collect()).map(serve)
     }
 
+    /// What the tables below read from the parsed flags and the settings built from them,
+    /// by name, as Debug text.
+    fn view(args: &ServeArgs, options: &ServerOptions) -> BTreeMap<&'static str, String> {
+        let (o, t) = (&options.overload, &options.transport);
+        let rate = o.rate_limit.as_ref();
+        let keys = rate.and_then(|r| r.api_keys.as_ref());
+        let (models, compat) = (&args.models, &args.compatibility);
+        BTreeMap::from([
+            ("grpc_port", format!("{:?}", args.network.grpc_port)),
+            ("rest_port", format!("{:?}", args.network.rest_port)),
+            (
+                "rate_limit",
+                format!("{:?}", rate.map(|r| (r.per_second, r.burst))),
+            ),
+            (
+                "api_keys",
+                format!("{:?}", keys.map(|k| (k.header.as_str(), k.len()))),
+            ),
+            (
+                "max_concurrent_requests",
+                format!("{:?}", o.max_concurrent_requests),
+            ),
+            ("request_timeout", format!("{:?}", o.request_timeout)),
+            ("drain", format!("{:?}", options.drain)),
+            ("log_format", format!("{:?}", args.observability.log_format)),
+            (
+                "tls",
+                format!("{:?}", t.tls.as_ref().map(|f| (&f.cert, &f.client_ca))),
+            ),
+            ("max_connections", format!("{:?}", t.max_connections)),
+            ("body_read_timeout", format!("{:?}", t.body_read_timeout)),
+            ("idle_timeout", format!("{:?}", t.idle_timeout)),
+            ("send_timeout", format!("{:?}", t.send_timeout)),
+            (
+                "http2_keepalive",
+                format!("{:?}", t.http2_keepalive_interval),
+            ),
+            (
+                "allow_model_paths",
+                format!("{:?}", args.security.allow_model_paths),
+            ),
+            (
+                "auth_token_file",
+                format!("{:?}", args.security.auth_token_file),
+            ),
+            ("model_dir", format!("{:?}", models.model_dir)),
+            ("model_poll_secs", format!("{:?}", models.model_poll_secs)),
+            (
+                "model_config_file",
+                format!("{:?}", compat.model_config_file),
+            ),
+            (
+                "config_file_poll",
+                format!("{:?}", compat.model_config_file_poll_secs),
+            ),
+            ("model_name", format!("{:?}", compat.model_name)),
+            ("enable_batching", format!("{:?}", compat.enable_batching)),
+            (
+                "batching_file",
+                format!("{:?}", compat.batching_parameters_file),
+            ),
+        ])
+    }
+
+    /// Command lines and what each sets: the defaults, each group's flags, and the
+    /// TF Serving and Triton spellings.
+    /// A command line, and the values of `view` it must come to.
+    type Accepted = (
+        &'static [&'static str],
+        &'static [(&'static str, &'static str)],
+    );
+
+    const ACCEPTED: &[Accepted] = &[
+        (
+            &["--model-dir", "{dir}"],
+            &[
+                ("grpc_port", "8500"),
+                ("rest_port", "8501"),
+                ("rate_limit", "None"),
+                ("max_concurrent_requests", "512"),
+                ("request_timeout", "None"),
+                ("drain", "30s"),
+                ("tls", "None"),
+                ("max_connections", "None"),
+                ("body_read_timeout", "60s"),
+                ("send_timeout", "30s"),
+            ],
+        ),
+        (
+            &[
+                "--model-dir={dir}",
+                "--rate-limit-per-sec=50",
+                "--rate-limit-key-header=x-api-key",
+                "--rate-limit-keys-file={keys}",
+                "--max-concurrent-requests=0",
+                "--request-timeout-ms=250",
+                "--drain-secs=5",
+                "--log-format=json",
+            ],
+            &[
+                ("log_format", "Json"),
+                ("rate_limit", "Some((50, 50))"),
+                ("api_keys", "Some((\"x-api-key\", 2))"),
+                ("max_concurrent_requests", "0"),
+                ("request_timeout", "Some(250ms)"),
+                ("drain", "5s"),
+            ],
+        ),
+        (
+            &[
+                "--model-dir={dir}",
+                "--tls-cert=server.pem",
+                "--tls-key=server.key",
+                "--tls-client-ca=ca.pem",
+                "--max-connections=100",
+                "--idle-timeout-secs=5",
+                "--send-timeout-secs=7",
+                "--http2-keepalive-interval-secs=0",
+            ],
+            &[
+                ("tls", "Some((\"server.pem\", Some(\"ca.pem\")))"),
+                ("max_connections", "Some(100)"),
+                ("idle_timeout", "5s"),
+                ("send_timeout", "7s"),
+                ("http2_keepalive", "None"),
+            ],
+        ),
+        (
+            &[
+                "--model-dir={dir}",
+                "--allow-model-paths=/srv/a,/srv/b",
+                "--auth-token-file=/etc/tensorport/tokens",
+            ],
+            &[
+                ("allow_model_paths", "[\"/srv/a\", \"/srv/b\"]"),
+                ("auth_token_file", "Some(\"/etc/tensorport/tokens\")"),
+            ],
+        ),
+        (
+            &[
+                "--port=9000",
+                "--rest_api_port=9001",
+                "--model_config_file=/models/models.config",
+                "--model_config_file_poll_wait_seconds=60",
+                "--enable_batching",
+                "--batching_parameters_file=/models/batching.txt",
+                "--file_system_poll_wait_seconds=5",
+            ],
+            &[
+                ("grpc_port", "9000"),
+                ("rest_port", "9001"),
+                ("model_config_file", "Some(\"/models/models.config\")"),
+                ("config_file_poll", "60"),
+                ("enable_batching", "true"),
+                ("batching_file", "Some(\"/models/batching.txt\")"),
+                ("model_poll_secs", "5"),
+            ],
+        ),
+        (
+            &[
+                "--model_name=resnet",
+                "--model_base_path=/models/resnet",
+                "--enable_batching=false",
+            ],
+            &[
+                ("model_name", "Some(\"resnet\")"),
+                ("enable_batching", "false"),
+            ],
+        ),
+        (
+            &["--model-repository", "{dir}", "--repository-poll-secs=7"],
+            &[("model_poll_secs", "7")],
+        ),
+        (
+            &[
+                "--model-repository",
+                "{dir}",
+                "--http-port",
+                "8000",
+                "--grpc-port",
+                "8001",
+            ],
+            &[
+                ("model_dir", "Some(\"{dir}\")"),
+                ("grpc_port", "8001"),
+                ("rest_port", "8000"),
+            ],
+        ),
+    ];
+
+    /// Command lines refused, and a word the refusal must name.
+    const REFUSED: &[(&[&str], &str)] = &[
+        (
+            &["--model-dir={dir}", "--rate-limit-key-header=x-api-key"],
+            "--rate-limit-keys-file",
+        ),
+        (&["--model-dir={dir}", "--tls-cert=server.pem"], "--tls-key"),
+        (&["--grpc-port", "http"], "--grpc-port"),
+    ];
+
     #[test]
-    fn overload_flags_build_the_settings() -> Result<(), Box<dyn std::error::Error>> {
+    fn each_command_line_sets_what_its_table_row_says() -> Result<(), Box<dyn std::error::Error>> {
         let dir = std::env::temp_dir();
         let keys = dir.join(format!("tensorport-keys-{}.txt", std::process::id()));
         std::fs::write(&keys, "alpha\nbeta\n")?;
-        let keys_file = keys.to_string_lossy();
-        let dir = dir.to_string_lossy();
-        let cli = Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model-dir",
-            &dir,
-            "--rate-limit-per-sec",
-            "50",
-            "--rate-limit-key-header",
-            "x-api-key",
-            "--rate-limit-keys-file",
-            &keys_file,
-            "--max-concurrent-requests",
-            "0",
-            "--request-timeout-ms",
-            "250",
-            "--drain-secs",
-            "5",
-            "--log-format",
-            "json",
-        ]))?;
-        let serve = serve(cli);
-        assert_eq!(serve.observability.log_format, LogFormat::Json);
-        let options = serve.server_options()?;
-        let rate = options.overload.rate_limit.expect("rate limit on");
-        assert_eq!((rate.per_second, rate.burst), (50, 50));
-        let api_keys = rate.api_keys.expect("listed keys");
-        assert_eq!((api_keys.header.as_str(), api_keys.len()), ("x-api-key", 2));
+        let (dir, keys_name) = (dir.to_string_lossy(), keys.to_string_lossy());
+        for (line, expected) in ACCEPTED {
+            let args = parse(line, &dir, &keys_name)?;
+            let view = view(&args, &args.server_options()?);
+            for (name, value) in *expected {
+                let value = value.replace("{dir}", &dir);
+                assert_eq!(view.get(name), Some(&value), "{line:?}: {name}");
+            }
+        }
         std::fs::remove_file(&keys)?;
-        assert_eq!(options.overload.max_concurrent_requests, 0);
-        assert_eq!(
-            options.overload.request_timeout,
-            Some(Duration::from_millis(250))
-        );
-        assert_eq!(options.drain, Duration::from_secs(5));
         Ok(())
     }
 
     #[test]
-    fn a_key_header_needs_a_keys_file() {
+    fn refused_command_lines_name_the_flag() {
         let dir = std::env::temp_dir();
         let dir = dir.to_string_lossy();
-        let err = Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model-dir",
-            &dir,
-            "--rate-limit-key-header",
-            "x-api-key",
-        ]));
-        let message = err.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(message.contains("--rate-limit-keys-file"), "{message}");
-    }
-
-    #[test]
-    fn transport_flags_build_the_settings() -> Result<(), ConfigError> {
-        let dir = std::env::temp_dir();
-        let dir = dir.to_string_lossy();
-        let defaults = serve(Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model-dir",
-            &dir,
-        ]))?)
-        .server_options()?
-        .transport;
-        assert_eq!(defaults.tls, None);
-        assert_eq!(defaults.max_connections, None);
-        assert_eq!(defaults.body_read_timeout, Duration::from_secs(60));
-        assert_eq!(defaults.send_timeout, Duration::from_secs(30));
-        let cli = Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model-dir",
-            &dir,
-            "--tls-cert",
-            "server.pem",
-            "--tls-key",
-            "server.key",
-            "--tls-client-ca",
-            "ca.pem",
-            "--max-connections",
-            "100",
-            "--idle-timeout-secs",
-            "5",
-            "--send-timeout-secs",
-            "7",
-            "--http2-keepalive-interval-secs",
-            "0",
-        ]))?;
-        let transport = serve(cli).server_options()?.transport;
-        let tls = transport.tls.expect("TLS on");
-        assert_eq!(tls.cert, PathBuf::from("server.pem"));
-        assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
-        assert_eq!(transport.max_connections, Some(100));
-        assert_eq!(transport.idle_timeout, Duration::from_secs(5));
-        assert_eq!(transport.send_timeout, Duration::from_secs(7));
-        assert_eq!(transport.http2_keepalive_interval, None);
-        Ok(())
-    }
-
-    #[test]
-    fn a_certificate_without_its_key_is_refused() {
-        let dir = std::env::temp_dir();
-        let dir = dir.to_string_lossy();
-        let err = Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model-dir",
-            &dir,
-            "--tls-cert",
-            "server.pem",
-        ]));
-        let message = err.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(message.contains("--tls-key"), "{message}");
-    }
-
-    #[test]
-    fn admin_flags_parse() -> Result<(), ConfigError> {
-        let dir = std::env::temp_dir();
-        let dir = dir.to_string_lossy();
-        let cli = Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model-dir",
-            &dir,
-            "--allow-model-paths",
-            "/srv/a,/srv/b",
-            "--auth-token-file",
-            "/etc/tensorport/tokens",
-        ]))?;
-        let serve = serve(cli);
-        assert_eq!(
-            serve.security.allow_model_paths,
-            vec![PathBuf::from("/srv/a"), PathBuf::from("/srv/b")]
-        );
-        assert_eq!(
-            serve.security.auth_token_file.as_deref(),
-            Some(Path::new("/etc/tensorport/tokens"))
-        );
-        Ok(())
-    }
-
-    #[test]
-    fn bad_values_name_the_flag() {
-        let err = Cli::parse_from_args(args(&["tensorport", "serve", "--grpc-port", "http"]));
-        let message = err.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(message.contains("--grpc-port"), "{message}");
-    }
-
-    #[test]
-    fn missing_model_dir_is_refused() {
+        for (line, word) in REFUSED {
+            let message = parse(line, &dir, "").err().map(|e| e.to_string());
+            let message = message.unwrap_or_default();
+            assert!(message.contains(word), "{line:?}: {message}");
+        }
         let err = Cli::parse_from_args(args(&["tensorport", "serve"]));
         assert!(matches!(err, Err(ConfigError::MissingModelDir)));
+    }
+
+    #[test]
+    fn help_groups_every_flag_under_a_heading() {
+        let command = Cli::command();
+        let serve = command.find_subcommand("serve");
+        let mut headings: Vec<&str> = Vec::new();
+        for arg in serve.iter().flat_map(|s| s.get_arguments()) {
+            let id = arg.get_id().as_str();
+            match arg.get_help_heading() {
+                Some(heading) if !headings.contains(&heading) => headings.push(heading),
+                Some(_) => {}
+                None => assert!(["config", "help"].contains(&id), "--{id} has no heading"),
+            }
+        }
+        assert_eq!(
+            headings,
+            [
+                "Network",
+                "Models",
+                "Batching",
+                "Overload",
+                "Security",
+                "Shared memory",
+                "Observability",
+                "Compatibility"
+            ]
+        );
     }
 
     #[test]
@@ -325,71 +416,6 @@ mod tests {
         ] {
             assert_eq!(missing_serve_hint(&args(line)), None, "{line:?}");
         }
-    }
-
-    #[test]
-    fn tf_serving_and_triton_spellings_are_aliases() -> Result<(), ConfigError> {
-        let dir = std::env::temp_dir();
-        let dir = dir.to_string_lossy();
-        let tfs = serve(Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--port=9000",
-            "--rest_api_port=9001",
-            "--model_config_file=/models/models.config",
-            "--model_config_file_poll_wait_seconds=60",
-            "--enable_batching",
-            "--batching_parameters_file=/models/batching.txt",
-            "--file_system_poll_wait_seconds=5",
-        ]))?);
-        let triton_poll = serve(Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model-repository",
-            &dir,
-            "--repository-poll-secs=7",
-        ]))?);
-        assert_eq!(triton_poll.models.model_poll_secs, 7);
-        assert_eq!((tfs.network.grpc_port, tfs.network.rest_port), (9000, 9001));
-        assert_eq!(
-            tfs.compatibility.model_config_file.as_deref(),
-            Some(Path::new("/models/models.config"))
-        );
-        assert_eq!(tfs.compatibility.model_config_file_poll_secs, 60);
-        assert!(tfs.compatibility.enable_batching);
-        assert_eq!(
-            tfs.compatibility.batching_parameters_file.as_deref(),
-            Some(Path::new("/models/batching.txt"))
-        );
-        assert_eq!(tfs.models.model_poll_secs, 5);
-        let one = serve(Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model_name=resnet",
-            "--model_base_path=/models/resnet",
-            "--enable_batching=false",
-        ]))?);
-        assert_eq!(one.compatibility.model_name.as_deref(), Some("resnet"));
-        assert!(!one.compatibility.enable_batching);
-        let triton = serve(Cli::parse_from_args(args(&[
-            "tensorport",
-            "serve",
-            "--model-repository",
-            &dir,
-            "--http-port",
-            "8000",
-            "--grpc-port",
-            "8001",
-        ]))?);
-        assert_eq!(
-            triton.models.model_dir.as_deref(),
-            Some(Path::new(dir.as_ref()))
-        );
-        assert_eq!(
-            (triton.network.grpc_port, triton.network.rest_port),
-            (8001, 8000)
-        );
-        Ok(())
     }
 
     #[test]
