@@ -1,4 +1,5 @@
-//! `tensorport serve --help`'s Batching flags: server-wide dynamic batching defaults, and when a request skips the queue.
+//! The Batching heading of `serve --help`: the server-wide defaults for models whose
+//! config.toml has no [batching], and when a fast model's request skips the queue.
 
 use clap::Args;
 

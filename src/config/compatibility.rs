@@ -1,4 +1,6 @@
-//! `tensorport serve --help`'s Compatibility flags: tF Serving's ways of naming models and batching, and its Predict answer encoding.
+//! The Compatibility heading of `serve --help`: TF Serving's own ways of naming the models
+//! (models.config, one base path) and batching, and its Predict answer encoding. Peers'
+//! spellings of every flag are in `aliases`.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! `tensorport serve --help`'s Models flags: where the models are, and the runtime threads, instances and memory they get.
+//! The Models heading of `serve --help`: where the models are, how often to look again, and
+//! what each gets to run (runtime library, threads, instances, memory, CPU wake-up).
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! `tensorport serve --help`'s Network flags: where the server listens, how long connections may take, and how it stops.
+//! The Network heading of `serve --help`: where the server listens, how long a connection
+//! may take over each step, and how it stops (drain, then close).
 
 use std::net::IpAddr;
 

@@ -1,4 +1,5 @@
-//! `tensorport serve --help`'s Observability flags: metrics port, readiness, the access log and the log format.
+//! The Observability heading of `serve --help`: the metrics port, what readiness means,
+//! the access log and the log format.
 
 use clap::Args;
 

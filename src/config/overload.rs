@@ -1,4 +1,5 @@
-//! `tensorport serve --help`'s Overload flags: what a client may make the server hold: sizes, rates, concurrency and deadlines.
+//! The Overload heading of `serve --help`: what clients may make the server hold (bytes
+//! received, decoded and unsent, requests in flight, rates) and the default deadline.
 
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! `tensorport serve --help`'s Security flags: tLS, bearer tokens, and the folders besides --model-dir a reload may name.
+//! The Security heading of `serve --help`: TLS on both ports, bearer tokens, and the
+//! folders besides --model-dir that a reload may name.
 
 use std::path::PathBuf;
 

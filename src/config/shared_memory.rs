@@ -1,4 +1,5 @@
-//! `tensorport serve --help`'s Shared memory flags: who may register system shared memory, and how much.
+//! The Shared memory heading of `serve --help`: who may register system shared memory,
+//! and how many regions and bytes the registry holds.
 
 use clap::Args;
 
