@@ -6,16 +6,7 @@ pub mod grpc_compression;
 pub mod health;
 pub mod heavy;
 pub mod hot_routes;
-pub mod json_body;
-pub mod json_decode;
-mod json_lift;
-mod json_number;
-#[cfg(test)]
-mod json_round_trip;
-mod json_scan;
-mod json_shape;
-pub mod json_tensor;
-mod json_values;
+pub mod json;
 pub mod kserve;
 pub mod payload;
 pub mod rest_util;

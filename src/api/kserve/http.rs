@@ -23,7 +23,7 @@ use super::shared_memory::{
 };
 use super::statistics::{all_stats, stats, stats_version};
 use super::{Param, Params};
-use crate::api::json_body;
+use crate::api::json;
 use crate::api::rest_util::{json_response, RestError};
 use crate::api::route_table::Routes;
 use crate::api::AppState;
@@ -115,7 +115,7 @@ pub(super) fn connection_peer(connection: Connection) -> Peer {
 }
 
 pub(super) fn parse_object(body: &[u8]) -> Result<Map<String, Value>, Error> {
-    match json_body::parse(body) {
+    match json::body::parse(body) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(BodyError::NotObject.into()),
         Err(err) => Err(BodyError::NotJson(err.to_string()).into()),

@@ -16,7 +16,7 @@ use super::http::{connection_peer, Connection, Reply, Shared};
 use super::infer_json::decode_infer_body_charged;
 use super::{codec, infer, InferRequest, InferResponse};
 use crate::api::heavy::{json_text_estimate, run_heavy};
-use crate::api::json_tensor::{write_flat, write_json_str};
+use crate::api::json::encode::{write_flat, write_json_str};
 use crate::api::payload::{read_payload, Payload};
 use crate::api::rest_util::raw_json_response;
 use crate::error::Error;

@@ -15,8 +15,8 @@ use super::{
     codec, param_bool, scheduling_params, InferRequest, InputData, InputRequest, OutputRequest,
     Param, Params, ShmRef,
 };
-use crate::api::json_body;
-use crate::api::json_decode::{decode_flat, decode_flat_unparsed};
+use crate::api::json;
+use crate::api::json::decode::{decode_flat, decode_flat_unparsed};
 use crate::error::Error;
 use crate::request::{HeldMemory, RequestContext};
 use crate::tensor::{shape_from_dims, DecodeLimits};
@@ -87,10 +87,10 @@ fn parse_infer_body<'a>(
     body: &'a [u8],
     rewritten: &'a mut Vec<u8>,
 ) -> Result<InferBody<'a>, Error> {
-    if let Some(err) = json_body::not_an_object(body) {
+    if let Some(err) = json::body::not_an_object(body) {
         return Err(err.into());
     }
-    json_body::parse_borrowed(body, rewritten).map_err(|err| {
+    json::body::parse_borrowed(body, rewritten).map_err(|err| {
         if err.is_data() {
             BodyError::Malformed(err.to_string()).into()
         } else {

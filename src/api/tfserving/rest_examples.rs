@@ -76,7 +76,7 @@ pub async fn answer(
 
 /// The signature name and the examples of a request body.
 fn parse(body: &[u8]) -> Result<(String, Examples), Error> {
-    let parsed: Value = crate::api::json_body::parse(body)
+    let parsed: Value = crate::api::json::body::parse(body)
         .map_err(|err| Error::invalid(format!("the request body is not valid JSON: {err}")))?;
     let Value::Object(fields) = parsed else {
         return Err(Error::invalid("the request body must be a JSON object"));

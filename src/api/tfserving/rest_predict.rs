@@ -9,8 +9,8 @@ use super::predict_inputs::{column_inputs, row_inputs, whole_row_inputs, Layout,
 use super::predict_lift::{self, PredictLift};
 use super::rest_path::{version_selector, VersionRef};
 use crate::api::heavy::{json_text_estimate, run_heavy};
-use crate::api::json_body;
-use crate::api::json_tensor::{write_json_str, write_tensor};
+use crate::api::json::body as json_body;
+use crate::api::json::encode::{write_json_str, write_tensor};
 use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget, PredictionResult, Prepared};
 use crate::request::RequestContext;

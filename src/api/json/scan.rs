@@ -21,8 +21,8 @@
 
 use std::ops::Range;
 
-use super::json_number::{read, FromNumber};
-use super::json_values::Values;
+use super::number::{read, FromNumber};
+use super::values::Values;
 use crate::tensor::{DataType, ScanHelpers};
 
 /// Nesting deeper than this is left to the general decoder, which enforces serde_json's depth
