@@ -20,8 +20,8 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 use tonic_health::ServingStatus;
 
-use crate::api::rest_util::json_response;
-use crate::api::route_table::Routes;
+use crate::api::http::response::json_response;
+use crate::api::http::route_table::Routes;
 use crate::api::AppState;
 use crate::background::Background;
 use crate::infer::InferService;

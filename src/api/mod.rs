@@ -1,16 +1,11 @@
 //! Protocol adapters: wire formats in, domain types to [`crate::infer::InferService`], wire
 //! formats out.
 
-pub mod compression;
-pub mod grpc_compression;
 pub mod health;
-pub mod heavy;
 pub mod hot_routes;
+pub mod http;
 pub mod json;
 pub mod kserve;
-pub mod payload;
-pub mod rest_util;
-pub mod route_table;
 pub mod scrape;
 pub mod status;
 pub mod tfserving;

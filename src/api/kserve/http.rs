@@ -23,9 +23,9 @@ use super::shared_memory::{
 };
 use super::statistics::{all_stats, stats, stats_version};
 use super::{Param, Params};
+use crate::api::http::response::{json_response, RestError};
+use crate::api::http::route_table::Routes;
 use crate::api::json;
-use crate::api::rest_util::{json_response, RestError};
-use crate::api::route_table::Routes;
 use crate::api::AppState;
 use crate::error::Error;
 use crate::infer::InferService;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::http::{Reply, Shared};
 use super::{config_json, model_config, model_metadata, ModelMetadata, EXTENSIONS};
-use crate::api::rest_util::json_response;
+use crate::api::http::response::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::request::RequestContext;

@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use serde_json::{json, Value};
 
 use super::http::{Reply, Shared};
-use crate::api::rest_util::json_response;
+use crate::api::http::response::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::proto::inference as pb;

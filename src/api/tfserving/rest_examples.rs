@@ -15,7 +15,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use crate::api::rest_util::json_response;
+use crate::api::http::response::json_response;
 use crate::api::tfserving::examples::Examples;
 use crate::api::tfserving::{classify, regress};
 use crate::error::Error;

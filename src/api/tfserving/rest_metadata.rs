@@ -6,7 +6,7 @@ use serde_json::{json, Map, Value};
 
 use super::rest_path::{version_selector, VersionRef};
 use super::signature_defs;
-use crate::api::rest_util::json_response;
+use crate::api::http::response::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::request::RequestContext;

@@ -8,7 +8,7 @@ use super::predict_body::{Instances, PredictBody};
 use super::predict_inputs::{column_inputs, row_inputs, whole_row_inputs, Layout, Texts};
 use super::predict_lift::{self, PredictLift};
 use super::rest_path::{version_selector, VersionRef};
-use crate::api::heavy::{json_text_estimate, run_heavy};
+use crate::api::http::heavy::{json_text_estimate, run_heavy};
 use crate::api::json::body as json_body;
 use crate::api::json::encode::{write_json_str, write_tensor};
 use crate::error::Error;
@@ -67,7 +67,7 @@ pub(super) async fn predict(
             outputs_body(&result)
         }
     })?;
-    Ok(crate::api::rest_util::raw_json_response(body))
+    Ok(crate::api::http::response::raw_json_response(body))
 }
 
 /// What a predict request names, apart from its body.

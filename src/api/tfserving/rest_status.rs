@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::rest_path::{version_selector, VersionRef};
 use super::{state_name, version_statuses};
-use crate::api::rest_util::json_response;
+use crate::api::http::response::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
 
