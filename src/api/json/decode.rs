@@ -47,7 +47,7 @@ pub fn decode_flat(
 }
 
 /// Decodes KServe `data` that no JSON parser has checked (a list lifted out of the body, see
-/// `api/kserve/infer_lift.rs`) through the number scanner alone, which checks its grammar.
+/// `api/kserve/http/lift.rs`) through the number scanner alone, which checks its grammar.
 /// Text the scanner does not take is an error here; the caller then decodes the whole body
 /// the general way, which words the error.
 pub fn decode_flat_unparsed(

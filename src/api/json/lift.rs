@@ -5,7 +5,7 @@
 //! large lists of numbers where a protocol puts tensor data, and the envelope is parsed from
 //! a copy of the body in which each such list is `[]`. The lists go straight to the number
 //! scanner (`api/json/scan.rs`), which checks their grammar as it reads them. Which places
-//! hold tensor data is each protocol's to say (`kserve/infer_lift.rs`,
+//! hold tensor data is each protocol's to say (`kserve/http/lift.rs`,
 //! `tfserving/predict_lift.rs`); this module walks the body and keeps the lists.
 //!
 //! This is only a faster route to the same answer: a caller takes it when the envelope

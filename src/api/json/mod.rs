@@ -11,7 +11,7 @@
 pub mod body;
 pub mod decode;
 pub mod encode;
-pub(in crate::api) mod lift;
+pub(super) mod lift;
 mod number;
 #[cfg(test)]
 mod round_trip;

@@ -5,7 +5,7 @@ use crate::api::http::body::Payload;
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
 
-use super::http::{connection_peer, ok, parse_object, string_field, Connection, Reply, Shared};
+use super::support::{connection_peer, ok, parse_object, string_field, Connection, Reply, Shared};
 use crate::api::http::response::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
