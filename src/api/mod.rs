@@ -1,5 +1,12 @@
 //! Protocol adapters: wire formats in, domain types to [`crate::infer::InferService`], wire
 //! formats out.
+//!
+//! This level is the front door only: the state the HTTP handlers share ([`AppState`]), the
+//! hot routes that skip the router for inference ([`hot_routes`]), the probes ([`health`])
+//! and the metrics scrape ([`scrape`]). Beneath it, each protocol is a folder whose
+//! dispatcher stands above its operations, with what they share in a leaf underneath
+//! ([`kserve`], [`tfserving`]); beneath those, the JSON tensor codec ([`json`]) and the HTTP
+//! plumbing both protocols use ([`http`]). No file imports the file that routes to it.
 
 pub mod health;
 pub mod hot_routes;
