@@ -27,7 +27,7 @@
 //!    limits costs little: the check answers at once, so a refused request holds a
 //!    concurrency slot only for that instant, and spends only its own client's rate.
 //! 7. **Body size** is enforced where the body is read: the HTTP body's own cap
-//!    (`api::payload::Capped`) and tonic's `max_decoding_message_size`, both from
+//!    (`api::http::body::Capped`) and tonic's `max_decoding_message_size`, both from
 //!    `--max-request-bytes` (see [`crate::server`]).
 //!
 //! Above all of this, [`crate::transport`] reads each request's body in full (within the

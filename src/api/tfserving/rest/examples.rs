@@ -15,7 +15,7 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use crate::api::rest_util::json_response;
+use crate::api::http::response::json_response;
 use crate::api::tfserving::error::{ExampleBodyError, FeatureOwner, FeatureValueError};
 use crate::api::tfserving::examples::Examples;
 use crate::api::tfserving::{classify, regress};
@@ -77,7 +77,7 @@ pub(super) async fn answer(
 
 /// The signature name and the examples of a request body.
 fn parse(body: &[u8]) -> Result<(String, Examples), ExampleBodyError> {
-    let parsed: Value = crate::api::json_body::parse(body).map_err(ExampleBodyError::NotJson)?;
+    let parsed: Value = crate::api::json::body::parse(body).map_err(ExampleBodyError::NotJson)?;
     let Value::Object(fields) = parsed else {
         return Err(ExampleBodyError::NotObject);
     };

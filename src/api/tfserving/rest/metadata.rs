@@ -5,7 +5,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 
 use super::path::{version_selector, VersionRef};
-use crate::api::rest_util::json_response;
+use crate::api::http::response::json_response;
 use crate::api::tfserving::signatures::signature_defs;
 use crate::error::Error;
 use crate::infer::InferService;

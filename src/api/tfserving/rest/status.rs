@@ -4,7 +4,7 @@ use axum::response::Response;
 use serde_json::{json, Value};
 
 use super::path::{version_selector, VersionRef};
-use crate::api::rest_util::json_response;
+use crate::api::http::response::json_response;
 use crate::api::tfserving::status::{state_name, version_statuses};
 use crate::error::Error;
 use crate::infer::InferService;

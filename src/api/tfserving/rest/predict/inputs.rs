@@ -5,8 +5,8 @@
 use serde_json::value::RawValue;
 
 use super::lift::Lifted;
-use crate::api::json_body::RawObject;
-use crate::api::json_decode::{decode_rows, decode_value, scan_rows_text, scan_value_text};
+use crate::api::json::body::RawObject;
+use crate::api::json::decode::{decode_rows, decode_value, scan_rows_text, scan_value_text};
 use crate::backend::{NamedTensor, Signature};
 use crate::batcher::RequestError;
 use crate::error::Error;

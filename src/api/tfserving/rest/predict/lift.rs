@@ -1,10 +1,10 @@
 //! Large lists of numbers lifted out of a TF Serving REST predict body before its envelope
-//! is parsed (`api/json_lift.rs`). The lists are where the two layouts put tensor data:
+//! is parsed (`api/json/lift.rs`). The lists are where the two layouts put tensor data:
 //! `inputs` itself or each of its members (columnar), and each of `instances` or each
 //! member of an instance (row).
 
-pub use crate::api::json_lift::Lifted;
-use crate::api::json_lift::{lift_where, Cursor};
+pub use crate::api::json::lift::Lifted;
+use crate::api::json::lift::{lift_where, Cursor};
 
 /// A predict body with its large tensor lists lifted out.
 pub struct PredictLift<'b> {
@@ -54,7 +54,7 @@ fn lift_tensor_or_members(cursor: &mut Cursor<'_>) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::json_lift::testing::{lift_never_panics, number_list as numbers};
+    use crate::api::json::lift::testing::{lift_never_panics, number_list as numbers};
 
     fn lifted_texts(body: &str) -> Option<(String, usize)> {
         let found = lift(body.as_bytes())?;

@@ -15,9 +15,9 @@ use self::body::{Instances, PredictBody};
 use self::inputs::{column_inputs, row_inputs, whole_row_inputs, Layout, Texts};
 use self::lift::PredictLift;
 use super::path::{version_selector, VersionRef};
-use crate::api::heavy::{json_text_estimate, run_heavy};
-use crate::api::json_body;
-use crate::api::json_tensor::{write_json_str, write_tensor};
+use crate::api::http::heavy::{json_text_estimate, run_heavy};
+use crate::api::json::body as json_body;
+use crate::api::json::encode::{write_json_str, write_tensor};
 use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget, PredictionResult, Prepared};
 use crate::request::RequestContext;
@@ -74,7 +74,7 @@ pub(super) async fn predict(
             outputs_body(&result)
         }
     })?;
-    Ok(crate::api::rest_util::raw_json_response(body))
+    Ok(crate::api::http::response::raw_json_response(body))
 }
 
 /// What a predict request names, apart from its body.

@@ -4,9 +4,9 @@
 //! megabyte of numbers costs as much as reading them. So a structural pass first finds the
 //! large lists of numbers where a protocol puts tensor data, and the envelope is parsed from
 //! a copy of the body in which each such list is `[]`. The lists go straight to the number
-//! scanner (`api/json_scan.rs`), which checks their grammar as it reads them. Which places
-//! hold tensor data is each protocol's to say (`kserve/infer_lift.rs`,
-//! `tfserving/predict_lift.rs`); this module walks the body and keeps the lists.
+//! scanner (`api/json/scan.rs`), which checks their grammar as it reads them. Which places
+//! hold tensor data is each protocol's to say (`kserve/http/lift.rs`,
+//! `tfserving/rest/predict/lift.rs`); this module walks the body and keeps the lists.
 //!
 //! This is only a faster route to the same answer: a caller takes it when the envelope
 //! parses, every placeholder is claimed and every lifted list scans; on anything else it

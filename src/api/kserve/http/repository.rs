@@ -1,13 +1,14 @@
 //! KServe v2 HTTP model repository extension: `POST /v2/repository/index`,
 //! `.../models/{name}/load` and `.../unload`.
 
-use crate::api::payload::Payload;
+use crate::api::http::body::Payload;
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
 
-use super::http::{ok, params, parse_object, Reply, Shared};
-use super::{refuse_load_overrides, repository_index, Params};
-use crate::api::rest_util::json_response;
+use super::support::{ok, params, parse_object, Reply, Shared};
+use crate::api::http::response::json_response;
+use crate::api::kserve::model_info::repository_index;
+use crate::api::kserve::params::{refuse_load_overrides, Params};
 use crate::error::Error;
 use crate::wire_error::BodyError;
 

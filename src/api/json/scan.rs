@@ -11,7 +11,7 @@
 //! The scanner checks the JSON grammar of what it reads (where `[`, `,` and `]` may stand,
 //! and each number's spelling), so it can read text no JSON parser has seen: the KServe
 //! decoder lifts large `data` arrays out of a body before parsing the rest
-//! (`api/kserve/infer_lift.rs`) and gives them straight to this scanner. Text it refuses is
+//! (`api/kserve/http/lift.rs`) and gives them straight to this scanner. Text it refuses is
 //! never half-accepted: the caller runs the general decoder, which words the error.
 //!
 //! Long text is cut at commas into pieces read on several threads at once: a megabyte of
@@ -21,8 +21,8 @@
 
 use std::ops::Range;
 
-use super::json_number::{read, FromNumber};
-use super::json_values::Values;
+use super::number::{read, FromNumber};
+use super::values::Values;
 use crate::tensor::{DataType, ScanHelpers};
 
 /// Nesting deeper than this is left to the general decoder, which enforces serde_json's depth

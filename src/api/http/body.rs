@@ -18,7 +18,7 @@ use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt;
 use pin_project_lite::pin_project;
 
-use super::rest_util::RestError;
+use super::response::RestError;
 
 pin_project! {
     /// A body that fails with [`TooLarge`] once more than `limit` bytes of data have come.

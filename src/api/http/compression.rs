@@ -20,7 +20,7 @@ use flate2::Compression;
 use futures::future::{BoxFuture, Either};
 use tower::{Layer, Service};
 
-use super::rest_util::RestError;
+use super::response::RestError;
 
 /// Below this many bytes a gzip header and trailer cost more than they save.
 const MIN_COMPRESSED_RESPONSE: usize = 1024;

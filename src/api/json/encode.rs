@@ -1,5 +1,5 @@
 //! Tensors written as nested JSON arrays, shared by the REST protocols (decoding is
-//! `json_decode`'s).
+//! `decode.rs`'s).
 //!
 //! Encoding writes straight into the response buffer (no intermediate `serde_json::Value`).
 //! Non-finite floats are written as `NaN`, `Infinity` and `-Infinity`, as TF Serving does.

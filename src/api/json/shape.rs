@@ -1,6 +1,6 @@
 //! The shape of TF Serving JSON tensor data that is nothing but numbers in rectangular lists,
 //! read in one pass over the bytes without parsing a number, so that the number scanner
-//! (`api/json_scan.rs`) can fill the tensor knowing its element count.
+//! (`api/json/scan.rs`) can fill the tensor knowing its element count.
 //!
 //! Elements are counted by the commas between them, which is their number in any text the
 //! scanner accepts; a text it does not accept ("[1,,2]", "[1 2]") is decoded the general way

@@ -7,8 +7,8 @@
 use bytes::Bytes;
 use serde_json::value::RawValue;
 
-use super::json_decode::{decode_flat, decode_rows, decode_value};
-use super::json_tensor::{write_flat, write_tensor};
+use super::decode::{decode_flat, decode_rows, decode_value};
+use super::encode::{write_flat, write_tensor};
 use crate::tensor::{DataType, DecodeLimits, Element, Tensor};
 
 /// xorshift64*: small, deterministic, good enough to spread test cases.
@@ -142,9 +142,9 @@ fn broken_text_is_an_error_never_a_panic() {
                 _ => text.truncate(at),
             }
         }
-        let _ = super::kserve::http::decode_infer_body(&text, Bytes::new(), &limits);
+        let _ = crate::api::kserve::http::decode_infer_body(&text, Bytes::new(), &limits);
         let mut rewritten = Vec::new();
-        let parsed: Result<&RawValue, _> = super::json_body::parse_borrowed(&text, &mut rewritten);
+        let parsed: Result<&RawValue, _> = super::body::parse_borrowed(&text, &mut rewritten);
         let Ok(value) = parsed else { continue };
         for dtype in DataType::ALL {
             let _ = decode_value(value, dtype, &limits);
@@ -156,7 +156,7 @@ fn broken_text_is_an_error_never_a_panic() {
 
 #[test]
 fn whole_kserve_bodies_round_trip_for_every_dtype() {
-    use super::kserve::{codec, InputData};
+    use crate::api::kserve::{codec, InputData};
     let limits = DecodeLimits::default();
     let mut cases = Cases(0x5851_f42d_4c95_7f2d);
     for dtype in DataType::ALL {
@@ -169,7 +169,7 @@ fn whole_kserve_bodies_round_trip_for_every_dtype() {
         .into_bytes();
         write_flat(&mut body, &tensor).unwrap_or_else(|err| panic!("{err}"));
         body.extend_from_slice(b"}]}");
-        let request = super::kserve::http::decode_infer_body(&body, Bytes::new(), &limits)
+        let request = crate::api::kserve::http::decode_infer_body(&body, Bytes::new(), &limits)
             .unwrap_or_else(|err| panic!("{dtype}: {err}"));
         match request.inputs.first().map(|input| &input.data) {
             Some(InputData::Inline(decoded)) => assert_eq!(decoded, &tensor, "{dtype}"),

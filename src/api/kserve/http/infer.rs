@@ -1,5 +1,5 @@
 //! KServe v2 HTTP inference: `POST /v2/models/{name}[/versions/{version}]/infer`, with
-//! Triton's binary tensor data extension. The JSON body is decoded in `infer_json`.
+//! Triton's binary tensor data extension. The JSON body is decoded in `decode.rs`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,13 +12,15 @@ use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 
-use super::http::{connection_peer, Connection, Reply, Shared};
-use super::infer_json::decode_infer_body_charged;
-use super::{codec, infer, InferRequest, InferResponse};
-use crate::api::heavy::{json_text_estimate, run_heavy};
-use crate::api::json_tensor::{write_flat, write_json_str};
-use crate::api::payload::{read_payload, Payload};
-use crate::api::rest_util::raw_json_response;
+use super::decode::decode_infer_body_charged;
+use super::support::{connection_peer, Connection, Reply, Shared};
+use crate::api::http::body::{read_payload, Payload};
+use crate::api::http::heavy::{json_text_estimate, run_heavy};
+use crate::api::http::response::raw_json_response;
+use crate::api::json::encode::{write_flat, write_json_str};
+use crate::api::kserve::codec;
+use crate::api::kserve::infer::infer;
+use crate::api::kserve::request::{InferRequest, InferResponse};
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::request::RequestContext;

@@ -1,12 +1,12 @@
 //! KServe v2 HTTP shared-memory extensions: system shared memory, and the CUDA routes, which
 //! answer that CUDA memory is not supported.
 
-use crate::api::payload::Payload;
+use crate::api::http::body::Payload;
 use axum::extract::{Path, State};
 use serde_json::{json, Value};
 
-use super::http::{connection_peer, ok, parse_object, string_field, Connection, Reply, Shared};
-use crate::api::rest_util::json_response;
+use super::support::{connection_peer, ok, parse_object, string_field, Connection, Reply, Shared};
+use crate::api::http::response::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::shm::{Peer, ShmError};

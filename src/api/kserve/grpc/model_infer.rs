@@ -3,11 +3,13 @@
 
 use bytes::Bytes;
 
-use super::grpc::params;
-use super::raw_input::raw_input;
-use super::{
-    codec, infer, scheduling_params, InferRequest, InferResponse, InputData, InputRequest,
-    OutputRequest, ShmRef,
+use super::params::params;
+use crate::api::kserve::codec;
+use crate::api::kserve::infer::infer;
+use crate::api::kserve::params::scheduling_params;
+use crate::api::kserve::raw_input::raw_input;
+use crate::api::kserve::request::{
+    InferRequest, InferResponse, InputData, InputRequest, OutputRequest, ShmRef,
 };
 use crate::error::Error;
 use crate::infer::InferService;

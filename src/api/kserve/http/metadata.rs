@@ -8,9 +8,11 @@ use axum::response::Response;
 use axum::Extension;
 use serde_json::{json, Value};
 
-use super::http::{Reply, Shared};
-use super::{config_json, model_config, model_metadata, ModelMetadata, EXTENSIONS};
-use crate::api::rest_util::json_response;
+use super::support::{Reply, Shared};
+use crate::api::http::response::json_response;
+use crate::api::kserve::model_info::{
+    config_json, model_config, model_metadata, ModelMetadata, TensorMetadata, EXTENSIONS,
+};
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::request::RequestContext;
@@ -24,7 +26,7 @@ pub(super) async fn server_metadata() -> Response {
 }
 
 pub(super) fn metadata_json(meta: ModelMetadata) -> Value {
-    let tensors = |list: &[super::TensorMetadata]| -> Vec<Value> {
+    let tensors = |list: &[TensorMetadata]| -> Vec<Value> {
         list.iter()
             .map(|t| json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }))
             .collect()

@@ -18,8 +18,8 @@ use pin_project_lite::pin_project;
 use prost::Message;
 use tonic::{Status, Streaming};
 
-use super::infer_grpc::model_infer;
 use super::message_footprint::footprint;
+use super::model_infer::model_infer;
 use crate::error_kind::ErrorKind;
 use crate::infer::InferService;
 use crate::overload::StreamGate;

@@ -1,4 +1,5 @@
-//! `inference.GRPCInferenceService`, the KServe v2 / Triton gRPC API.
+//! `inference.GRPCInferenceService`, the KServe v2 / Triton gRPC API: the dispatcher, each RPC
+//! answered here or handed to the operation beneath it (`model_infer.rs`, `stream.rs`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -6,21 +7,18 @@ use std::sync::Arc;
 use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::infer_grpc::model_infer;
-use super::statistics::statistics;
+use super::model_infer::model_infer;
 use super::stream::{answers, MODEL_STREAM_INFER};
-use super::{
-    model_config, model_metadata, refuse_load_overrides, repository_index, Param, Params,
-    EXTENSIONS,
-};
 use crate::api::health::Health;
+use crate::api::kserve::model_info::{model_config, model_metadata, repository_index, EXTENSIONS};
+use crate::api::kserve::params::refuse_load_overrides;
+use crate::api::kserve::statistics::statistics;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::overload::Streams;
+use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
-use crate::proto::inference::infer_parameter::ParameterChoice;
 use crate::proto::inference::model_metadata_response::TensorMetadata;
-use crate::proto::inference::{self as pb, InferParameter};
 use crate::repository::VersionSelector;
 use crate::request::RequestContext;
 use crate::shm::{Peer, ShmError};
@@ -44,20 +42,6 @@ impl KserveGrpc {
     }
 }
 
-pub(super) fn params(map: &std::collections::HashMap<String, InferParameter>) -> Params {
-    map.iter()
-        .filter_map(|(key, value)| {
-            let param = match value.parameter_choice.as_ref()? {
-                ParameterChoice::BoolParam(b) => Param::Bool(*b),
-                ParameterChoice::Int64Param(i) => Param::Int(*i),
-                ParameterChoice::Uint64Param(u) => Param::Uint(*u),
-                ParameterChoice::DoubleParam(d) => Param::Double(*d),
-                ParameterChoice::StringParam(s) => Param::Str(s.clone()),
-            };
-            Some((key.clone(), param))
-        })
-        .collect()
-}
 fn peer<T>(request: &Request<T>) -> Peer {
     request
         .remote_addr()
@@ -120,7 +104,7 @@ impl GrpcInferenceService for KserveGrpc {
             context.as_deref(),
         )
         .await?;
-        let tensors = |list: Vec<super::TensorMetadata>| {
+        let tensors = |list: Vec<crate::api::kserve::model_info::TensorMetadata>| {
             list.into_iter()
                 .map(|t| TensorMetadata {
                     name: t.name,

@@ -1,8 +1,8 @@
 //! Large `data` arrays lifted out of a KServe JSON infer body before the envelope is parsed
-//! (`api/json_lift.rs`): the lists are each `inputs[i].data` that is a large list of numbers.
+//! (`api/json/lift.rs`): the lists are each `inputs[i].data` that is a large list of numbers.
 
-use crate::api::json_lift::lift_where;
-pub use crate::api::json_lift::Lifted;
+use crate::api::json::lift::lift_where;
+pub use crate::api::json::lift::Lifted;
 
 /// The body with its large `inputs[i].data` number lists lifted out, or `None` when there is
 /// nothing to lift or the body is not shaped as the pass expects (it then takes the general
@@ -34,7 +34,7 @@ pub fn lift(body: &[u8]) -> Option<Lifted<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::json_lift::testing::{lift_never_panics, number_list as numbers};
+    use crate::api::json::lift::testing::{lift_never_panics, number_list as numbers};
     use serde_json::value::RawValue;
 
     #[test]

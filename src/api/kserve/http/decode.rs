@@ -1,4 +1,4 @@
-//! The KServe v2 JSON infer request: the envelope (`infer_body`) turned into an
+//! The KServe v2 JSON infer request: the envelope (`body.rs`) turned into an
 //! [`InferRequest`], each input's `data` decoded straight into its tensor.
 
 use std::borrow::Cow;
@@ -7,16 +7,15 @@ use axum::body::Bytes;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::http::{params, string_field};
-use super::infer_body::{Entry, InferBody, Inputs};
-use super::infer_lift::{lift, Lifted};
-use super::raw_input::raw_input;
-use super::{
-    codec, param_bool, scheduling_params, InferRequest, InputData, InputRequest, OutputRequest,
-    Param, Params, ShmRef,
-};
-use crate::api::json_body;
-use crate::api::json_decode::{decode_flat, decode_flat_unparsed};
+use super::body::{Entry, InferBody, Inputs};
+use super::lift::{lift, Lifted};
+use super::support::{params, string_field};
+use crate::api::json;
+use crate::api::json::decode::{decode_flat, decode_flat_unparsed};
+use crate::api::kserve::codec;
+use crate::api::kserve::params::{param_bool, scheduling_params, Param, Params};
+use crate::api::kserve::raw_input::raw_input;
+use crate::api::kserve::request::{InferRequest, InputData, InputRequest, OutputRequest, ShmRef};
 use crate::error::Error;
 use crate::request::{HeldMemory, RequestContext};
 use crate::tensor::{shape_from_dims, DecodeLimits};
@@ -27,7 +26,7 @@ use crate::wire_error::{BodyError, InferRequestError};
 /// wire-to-request step, so tests and fuzzers drive it with arbitrary bytes.
 ///
 /// A body with large lists of numbers in its inputs' `data` first takes the lifted route
-/// (`infer_lift`); the general one answers everything that route does not take, errors
+/// (`lift.rs`); the general one answers everything that route does not take, errors
 /// included, so both give the same answer.
 pub fn decode_infer_body(
     json: &[u8],
@@ -87,10 +86,10 @@ fn parse_infer_body<'a>(
     body: &'a [u8],
     rewritten: &'a mut Vec<u8>,
 ) -> Result<InferBody<'a>, Error> {
-    if let Some(err) = json_body::not_an_object(body) {
+    if let Some(err) = json::body::not_an_object(body) {
         return Err(err.into());
     }
-    json_body::parse_borrowed(body, rewritten).map_err(|err| {
+    json::body::parse_borrowed(body, rewritten).map_err(|err| {
         if err.is_data() {
             BodyError::Malformed(err.to_string()).into()
         } else {
