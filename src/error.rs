@@ -22,21 +22,6 @@ pub use crate::error_kind::ErrorKind;
 /// Everything that can fail while answering a request.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("model '{0}' not found")]
-    ModelNotFound(String),
-    #[error("version {version} of model '{model}' is not available")]
-    VersionNotFound { model: String, version: u64 },
-    #[error("model '{model}' has no available version{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
-    NoAvailableVersion {
-        model: String,
-        reason: Option<String>,
-    },
-    #[error("model '{model}' has no signature '{signature}' (it has: {available})")]
-    SignatureNotFound {
-        model: String,
-        signature: String,
-        available: String,
-    },
     #[error("{0}")]
     InvalidArgument(String),
     #[error(transparent)]
@@ -84,8 +69,9 @@ pub enum Error {
         #[source]
         source: MemoryRefused,
     },
-    /// A name or path the model roots refuse, a version that could not be made resident, a
-    /// model list or version label that does not hold together.
+    /// A model, version or signature the repository does not have, a name or path the model
+    /// roots refuse, a version that could not be made resident, a model list or version label
+    /// that does not hold together.
     #[error(transparent)]
     Repository(#[from] RepositoryError),
 }
@@ -121,13 +107,8 @@ impl From<BatcherError> for Error {
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::ModelNotFound(_)
-            | Self::VersionNotFound { .. }
-            | Self::NoAvailableVersion { .. } => ErrorKind::NotFound,
             // TF Serving treats a bad signature name as a bad request, not a missing servable.
-            Self::SignatureNotFound { .. } | Self::InvalidArgument(_) | Self::Decode(_) => {
-                ErrorKind::InvalidArgument
-            }
+            Self::InvalidArgument(_) | Self::Decode(_) => ErrorKind::InvalidArgument,
             Self::Backend(err) => err.kind(),
             Self::Request(err) => err.kind(),
             Self::Version(_) => ErrorKind::InvalidArgument,
@@ -169,6 +150,13 @@ impl From<Error> for tonic::Status {
     }
 }
 
+/// The repository's answers reach the gRPC services directly (model status, load, unload).
+impl From<RepositoryError> for tonic::Status {
+    fn from(err: RepositoryError) -> Self {
+        Error::from(err).into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +191,8 @@ mod tests {
 
     #[test]
     fn status_carries_the_message() {
-        let status = tonic::Status::from(Error::ModelNotFound("nope".into()));
+        let status =
+            tonic::Status::from(Error::from(RepositoryError::ModelNotFound("nope".into())));
         assert_eq!(status.code(), tonic::Code::NotFound);
         assert!(status.message().contains("nope"));
     }

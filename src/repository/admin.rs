@@ -5,13 +5,13 @@ use std::path::PathBuf;
 
 use super::confine::{check_model_name, ConfineError};
 use super::control::ServedModel;
+use super::error::RepositoryError;
 use super::lifecycle::ModelRepository;
 use super::scan::ScanError;
-use crate::error::Error;
 
 impl ModelRepository {
     /// Loads `name` (again): clears an earlier unload and reconciles it now.
-    pub async fn load_model(&self, name: &str) -> Result<(), Error> {
+    pub async fn load_model(&self, name: &str) -> Result<(), RepositoryError> {
         check_model_name(name)?;
         let mut control = self.control.lock().await;
         control.unloaded.remove(name);
@@ -21,12 +21,12 @@ impl ModelRepository {
         let snapshot = self.snapshot();
         let record = snapshot
             .model(name)
-            .map_err(|_| Error::ModelNotFound(name.to_owned()))?;
+            .map_err(|_| RepositoryError::ModelNotFound(name.to_owned()))?;
         record.resolve(&super::VersionSelector::Latest).map(|_| ())
     }
 
     /// Unloads every version of `name`; it stays unloaded until loaded again.
-    pub async fn unload_model(&self, name: &str) -> Result<(), Error> {
+    pub async fn unload_model(&self, name: &str) -> Result<(), RepositoryError> {
         check_model_name(name)?;
         let mut control = self.control.lock().await;
         self.snapshot().model(name)?;
@@ -37,7 +37,7 @@ impl ModelRepository {
     }
 
     /// Serves exactly `models` from now on (TF Serving's HandleReloadConfigRequest).
-    pub async fn serve_only(&self, models: Vec<ServedModel>) -> Result<(), Error> {
+    pub async fn serve_only(&self, models: Vec<ServedModel>) -> Result<(), RepositoryError> {
         let mut control = self.control.lock().await;
         control.unloaded.clear();
         control.served = Some(models.into_iter().map(|m| (m.name.clone(), m)).collect());
@@ -53,8 +53,8 @@ impl ModelRepository {
     }
 
     /// A failure to read the repository, as a client may see it: without the server's paths.
-    fn internal(&self, err: &ScanError) -> Error {
+    fn internal(&self, err: &ScanError) -> RepositoryError {
         tracing::error!(error = %err, "cannot read the model repository");
-        Error::Internal(self.roots.redact(&err.to_string()))
+        RepositoryError::Unreadable(self.roots.redact(&err.to_string()))
     }
 }

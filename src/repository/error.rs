@@ -1,10 +1,11 @@
-//! What the repository fails with, in one enum of its own: a name or path the model roots
-//! refuse, a version that cannot be made resident, a model list or version label that does
-//! not hold together.
+//! What the repository fails with, in one enum of its own: a model, version or signature it
+//! does not have, a name or path the model roots refuse, a version that cannot be made
+//! resident, a model list or version label that does not hold together.
 //!
-//! This file imports nothing of the repository's but the confinement rules (a leaf) and
-//! nothing of the crate's but [`ErrorKind`], so that `crate::error` can gather these failures
-//! without importing the repository's working files, which import it.
+//! The repository answers with this enum only, never with `crate::error::Error`, so that the
+//! request-path error above gathers it without the repository importing back up. This file
+//! imports nothing of the repository's but the confinement rules (a leaf) and nothing of the
+//! crate's but [`ErrorKind`].
 
 use crate::error_kind::ErrorKind;
 
@@ -13,6 +14,28 @@ use super::confine::ConfineError;
 /// Why the repository refused or failed a request or a model list.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RepositoryError {
+    #[error("model '{0}' not found")]
+    ModelNotFound(String),
+    #[error("version {version} of model '{model}' is not available")]
+    VersionNotFound { model: String, version: u64 },
+    #[error("model '{model}' has no available version{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
+    NoAvailableVersion {
+        model: String,
+        /// What the newest version is doing instead of serving, when it says.
+        reason: Option<String>,
+    },
+    #[error("model '{model}' has no signature '{signature}' (it has: {available})")]
+    SignatureNotFound {
+        model: String,
+        signature: String,
+        available: String,
+    },
+    /// The request's deadline passed while it waited for its version to load.
+    #[error("the deadline passed before model '{model}' could run the request")]
+    LoadDeadline { model: String },
+    /// The model directory could not be read; the message has the server's paths redacted.
+    #[error("{0}")]
+    Unreadable(String),
     /// A model name or path the admin APIs refuse.
     #[error(transparent)]
     Confine(#[from] ConfineError),
@@ -50,6 +73,12 @@ pub enum RepositoryError {
 impl RepositoryError {
     pub fn kind(&self) -> ErrorKind {
         match self {
+            Self::ModelNotFound(_)
+            | Self::VersionNotFound { .. }
+            | Self::NoAvailableVersion { .. } => ErrorKind::NotFound,
+            Self::SignatureNotFound { .. } => ErrorKind::InvalidArgument,
+            Self::LoadDeadline { .. } => ErrorKind::DeadlineExceeded,
+            Self::Unreadable(_) => ErrorKind::Internal,
             Self::Confine(ConfineError::OutsideRoots(_)) => ErrorKind::PermissionDenied,
             Self::Confine(_) => ErrorKind::InvalidArgument,
             // Retrying does not help a model larger than the budget, but the request was

@@ -53,13 +53,13 @@ pub use config_files::ModelConfigError;
 pub use confine::{check_model_name, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES};
 pub use control::ServedModel;
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
+pub use error::{RepositoryError, ResidencyError};
 pub use lifecycle::{BackendDecorator, ModelRepository};
 pub use loader::{Loader, MAX_AUTOMATIC_INSTANCES};
 pub use model_config::{
     InstancesConfig, LifecycleConfig, ModelConfig, ReloadMode, VersionPolicy, WarmupConfig,
     MAX_INSTANCES, MODEL_CONFIG_FILE,
 };
-pub use error::{RepositoryError, ResidencyError};
 pub use scan::{
     holds_one_model, is_flat, model_file_in, parse_version, scan_model, subfolders, ScanError,
     VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION, ONNX_MODEL_FILE, SAVED_MODEL_FILE,

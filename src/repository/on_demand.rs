@@ -9,12 +9,11 @@ use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
 use super::control::Control;
+use super::error::{RepositoryError, ResidencyError};
 use super::lifecycle::ModelRepository;
-use super::error::ResidencyError;
 use super::residency::LoadOutcome;
 use super::snapshot::{LoadedModel, ModelRecord, Residence, VersionState};
 use super::VersionSelector;
-use crate::error::Error;
 
 /// What a request finds for the version it names.
 enum Found {
@@ -32,7 +31,7 @@ impl ModelRepository {
         name: &str,
         selector: &VersionSelector,
         deadline: Option<tokio::time::Instant>,
-    ) -> Result<Arc<LoadedModel>, Error> {
+    ) -> Result<Arc<LoadedModel>, RepositoryError> {
         let waiting = Instant::now();
         let mut waited = false;
         // Counts this request among those waiting for a load, from its first wait to its answer.
@@ -62,7 +61,7 @@ impl ModelRepository {
                 match deadline {
                     Some(deadline) => tokio::time::timeout_at(deadline, wait)
                         .await
-                        .map_err(|_| Error::DeadlineExceeded {
+                        .map_err(|_| RepositoryError::LoadDeadline {
                             model: name.to_owned(),
                         })?
                         .map(|outcome| outcome.clone()),
@@ -99,7 +98,7 @@ impl ModelRepository {
         .into())
     }
 
-    fn find(&self, name: &str, selector: &VersionSelector) -> Result<Found, Error> {
+    fn find(&self, name: &str, selector: &VersionSelector) -> Result<Found, RepositoryError> {
         let snapshot = self.snapshot();
         let record = snapshot.model(name)?;
         let reloading = || self.residency.reloading().contains(name);

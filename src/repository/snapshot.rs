@@ -10,7 +10,6 @@ use super::confine::refuse_control_characters;
 use super::error::{too_large_message, RepositoryError};
 use crate::backend::{Backend, Signature};
 use crate::batcher::BatcherHandle;
-use crate::error::Error;
 use crate::stats::ModelStats;
 use crate::version::VersionSelector;
 
@@ -44,7 +43,7 @@ impl LoadedModel {
     }
 
     /// The signature `name` names, or the default one when `name` is empty.
-    pub fn signature(&self, name: &str) -> Result<(usize, &Signature), Error> {
+    pub fn signature(&self, name: &str) -> Result<(usize, &Signature), RepositoryError> {
         let signatures = self.backend.signatures();
         let found = if name.is_empty() {
             signatures.first().map(|sig| (0, sig))
@@ -54,7 +53,7 @@ impl LoadedModel {
                 .enumerate()
                 .find(|(_, sig)| sig.name == name)
         };
-        found.ok_or_else(|| Error::SignatureNotFound {
+        found.ok_or_else(|| RepositoryError::SignatureNotFound {
             model: self.name.to_string(),
             signature: name.to_owned(),
             available: signatures
@@ -101,7 +100,7 @@ impl ModelRecord {
 
     /// The serving model for `selector`: the newest available version, the one named, or the
     /// one a label points to.
-    pub fn resolve(&self, selector: &VersionSelector) -> Result<Arc<LoadedModel>, Error> {
+    pub fn resolve(&self, selector: &VersionSelector) -> Result<Arc<LoadedModel>, RepositoryError> {
         let version = match selector {
             VersionSelector::Latest => return self.latest(),
             VersionSelector::Specific(version) => *version,
@@ -118,7 +117,7 @@ impl ModelRecord {
         };
         match self.versions.get(&version) {
             Some(VersionState::Available(model)) => Ok(model.clone()),
-            _ => Err(Error::VersionNotFound {
+            _ => Err(RepositoryError::VersionNotFound {
                 model: self.name.clone(),
                 version,
             }),
@@ -127,7 +126,7 @@ impl ModelRecord {
 
     /// The version number `selector` stands for in this model, without requiring it to be
     /// available: `None` for the latest (every version, in status listings).
-    pub fn version_of(&self, selector: &VersionSelector) -> Result<Option<u64>, Error> {
+    pub fn version_of(&self, selector: &VersionSelector) -> Result<Option<u64>, RepositoryError> {
         match selector {
             VersionSelector::Latest => Ok(None),
             VersionSelector::Specific(version) => Ok(Some(*version)),
@@ -145,7 +144,7 @@ impl ModelRecord {
     }
 
     /// The newest available version.
-    pub fn latest(&self) -> Result<Arc<LoadedModel>, Error> {
+    pub fn latest(&self) -> Result<Arc<LoadedModel>, RepositoryError> {
         self.versions
             .values()
             .rev()
@@ -153,7 +152,7 @@ impl ModelRecord {
                 VersionState::Available(model) => Some(model.clone()),
                 _ => None,
             })
-            .ok_or_else(|| Error::NoAvailableVersion {
+            .ok_or_else(|| RepositoryError::NoAvailableVersion {
                 model: self.name.clone(),
                 reason: self.versions.values().rev().find_map(|state| match state {
                     VersionState::End { error } => error.clone(),
@@ -184,12 +183,12 @@ pub struct Snapshot {
 impl Snapshot {
     /// The model `name`. A name with a control character is refused as a bad name rather than
     /// reported missing: no model has one, and the message must not carry it raw.
-    pub fn model(&self, name: &str) -> Result<&ModelRecord, Error> {
+    pub fn model(&self, name: &str) -> Result<&ModelRecord, RepositoryError> {
         self.models
             .get(name)
             .ok_or_else(|| match refuse_control_characters(name) {
-                Err(refused) => Error::from(refused),
-                Ok(()) => Error::ModelNotFound(name.to_owned()),
+                Err(refused) => RepositoryError::from(refused),
+                Ok(()) => RepositoryError::ModelNotFound(name.to_owned()),
             })
     }
 
@@ -197,7 +196,7 @@ impl Snapshot {
         &self,
         name: &str,
         selector: &VersionSelector,
-    ) -> Result<Arc<LoadedModel>, Error> {
+    ) -> Result<Arc<LoadedModel>, RepositoryError> {
         self.model(name)?.resolve(selector)
     }
 

@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
 use crate::proto::tensorflow::serving::file_system_storage_path_source_config::servable_version_policy::PolicyChoice;
 use crate::proto::tensorflow::serving::{
     model_server_config, ModelConfig as TfsModelConfig, ModelConfigList, ModelServerConfig,
@@ -72,13 +71,13 @@ pub fn read_model_config_file(path: &Path) -> Result<ModelConfigList, ModelConfi
 pub fn served_models(
     list: ModelConfigList,
     confined_path: impl Fn(&str, &str) -> Result<PathBuf, ConfineError>,
-) -> Result<Vec<ServedModel>, Error> {
+) -> Result<Vec<ServedModel>, RepositoryError> {
     let mut seen = HashSet::new();
     list.config
         .into_iter()
         .map(|model| {
             if !seen.insert(model.name.clone()) {
-                return Err(RepositoryError::ListedTwice(model.name).into());
+                return Err(RepositoryError::ListedTwice(model.name));
             }
             served_model(model, &confined_path)
         })
@@ -89,7 +88,7 @@ pub fn served_models(
 fn served_model(
     model: TfsModelConfig,
     confined_path: impl Fn(&str, &str) -> Result<PathBuf, ConfineError>,
-) -> Result<ServedModel, Error> {
+) -> Result<ServedModel, RepositoryError> {
     // First, since later messages repeat the name.
     check_model_name(&model.name)?;
     if !model.model_platform.is_empty() && !PLATFORMS.contains(&model.model_platform.as_str()) {
@@ -97,8 +96,7 @@ fn served_model(
             model: model.name,
             platform: model.model_platform,
             served: &PLATFORMS,
-        }
-        .into());
+        });
     }
     let policy = match model.model_version_policy.and_then(|p| p.policy_choice) {
         None => None,

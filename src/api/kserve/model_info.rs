@@ -80,7 +80,7 @@ fn tensor_metadata(specs: &[TensorSpec]) -> Vec<TensorMetadata> {
 }
 
 fn default_signature(model: &LoadedModel) -> Result<&Signature, Error> {
-    model.signature("").map(|(_, sig)| sig)
+    Ok(model.signature("").map(|(_, sig)| sig)?)
 }
 
 /// `GET /v2/models/{name}[/versions/{v}]` and `ModelMetadata`.

@@ -5,7 +5,7 @@
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::proto::inference as pb;
-use crate::repository::{VersionSelector, VersionState};
+use crate::repository::{RepositoryError, VersionSelector, VersionState};
 
 /// Statistics of one model (`name`, optionally one version) or of every model.
 pub fn statistics(
@@ -91,10 +91,11 @@ pub fn statistics(
     if let (Some(name), VersionSelector::Specific(version), true) =
         (name, selector, model_stats.is_empty())
     {
-        return Err(Error::VersionNotFound {
+        return Err(RepositoryError::VersionNotFound {
             model: name.to_owned(),
             version,
-        });
+        }
+        .into());
     }
     Ok(pb::ModelStatisticsResponse { model_stats })
 }

@@ -4,7 +4,7 @@
 use crate::error::Error;
 use crate::proto::tensorflow::error::Code as TfCode;
 use crate::proto::tensorflow::serving::model_version_status::State;
-use crate::repository::{ModelRecord, Residence, VersionState};
+use crate::repository::{ModelRecord, RepositoryError, Residence, VersionState};
 
 /// One row of a model's status, as both transports report it.
 pub struct VersionStatus {
@@ -49,14 +49,16 @@ pub fn version_statuses(
         })
         .collect();
     match (version, rows.is_empty()) {
-        (Some(version), true) => Err(Error::VersionNotFound {
+        (Some(version), true) => Err(RepositoryError::VersionNotFound {
             model: record.name.clone(),
             version,
-        }),
-        (None, true) => Err(Error::NoAvailableVersion {
+        }
+        .into()),
+        (None, true) => Err(RepositoryError::NoAvailableVersion {
             model: record.name.clone(),
             reason: None,
-        }),
+        }
+        .into()),
         _ => Ok(rows),
     }
 }

@@ -51,7 +51,10 @@ pub(super) async fn load(
 ) -> Reply {
     let params = check_repository_body(&body)?;
     refuse_load_overrides(&name, params.keys())?;
-    s.repository().load_model(&name).await?;
+    s.repository()
+        .load_model(&name)
+        .await
+        .map_err(Error::from)?;
     Ok(ok().await)
 }
 
@@ -61,6 +64,9 @@ pub(super) async fn unload(
     Payload(body): Payload,
 ) -> Reply {
     check_repository_body(&body)?;
-    s.repository().unload_model(&name).await?;
+    s.repository()
+        .unload_model(&name)
+        .await
+        .map_err(Error::from)?;
     Ok(ok().await)
 }
