@@ -1,6 +1,7 @@
 //! The house rules that keep `src/` readable, checked on every `cargo test`: no import
-//! circles between files, no file on the request path over 450 lines, and `src/api/`'s top
-//! level holding only the front door.
+//! circles between files or between top-level modules (lower folders never import higher
+//! ones), no file on the request path over 450 lines, `src/api/`'s top level holding only the
+//! front door, and `unsafe` allowed only in the files ARCHITECTURE.md names.
 //!
 //! The import check reads the source rather than asking the compiler, so that it stays fast
 //! and needs no features: comments and literals are skipped, each module's items, `use`
@@ -28,12 +29,7 @@ const REQUEST_PATH: &[&str] = &[
 ];
 const MAX_LINES: usize = 450;
 /// `src/api/`'s top level: the front door; every protocol is a folder.
-const API_TOP_LEVEL: &[&str] = &[
-    "mod.rs",
-    "hot_routes.rs",
-    "health.rs",
-    "scrape.rs",
-];
+const API_TOP_LEVEL: &[&str] = &["mod.rs", "hot_routes.rs", "health.rs", "scrape.rs"];
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -564,6 +560,61 @@ impl Tree {
         edges
     }
 
+    /// The top-level module a file belongs to (`src/api/kserve/http/infer.rs` -> `api`,
+    /// `src/error.rs` -> `error`), relative to `src`.
+    fn top_level(&self, file: usize, src: &Path) -> String {
+        let path = Path::new(&self.files[file]);
+        let rel = path.strip_prefix(src).unwrap_or(path);
+        let first = rel
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy());
+        first.unwrap_or_default().trim_end_matches(".rs").to_owned()
+    }
+
+    /// Each pair of top-level modules that import each other, directly or around a circle,
+    /// as `a <-> b`, with one file import that makes each direction.
+    fn top_level_cycles(&self, src: &Path) -> Vec<String> {
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let mut because: BTreeMap<(String, String), String> = BTreeMap::new();
+        for ((from, to), path) in self.imports() {
+            let (a, b) = (self.top_level(from, src), self.top_level(to, src));
+            // The crate root only declares the modules and re-exports from them.
+            if a == b || a == "lib" {
+                continue;
+            }
+            edges.entry(a.clone()).or_default().insert(b.clone());
+            because
+                .entry((a, b))
+                .or_insert_with(|| format!("{}: {path}", self.files[from]));
+        }
+        let reaches = |from: &str, goal: &str| {
+            let (mut seen, mut stack) = (BTreeSet::new(), vec![from.to_owned()]);
+            while let Some(m) = stack.pop() {
+                if m == goal {
+                    return true;
+                }
+                for to in edges.get(&m).into_iter().flatten() {
+                    if seen.insert(to.clone()) {
+                        stack.push(to.clone());
+                    }
+                }
+            }
+            false
+        };
+        let mut out = Vec::new();
+        for ((a, b), why) in &because {
+            if a < b && reaches(b, a) {
+                let back = because
+                    .get(&(b.clone(), a.clone()))
+                    .cloned()
+                    .unwrap_or_else(|| format!("{b} reaches {a} through other modules"));
+                out.push(format!("{a} <-> {b}\n    {why}\n    {back}"));
+            }
+        }
+        out
+    }
+
     /// One cycle per strongly connected group of files, as `a.rs -> b.rs -> a.rs`, then a
     /// line per step naming the path that makes it.
     fn cycles(&self) -> Vec<String> {
@@ -676,6 +727,64 @@ fn no_import_circles_between_files() {
         cycles.is_empty(),
         "import circles between files:\n{}",
         cycles.join("\n")
+    );
+}
+
+/// Files that may allow `unsafe_code`, and why (ARCHITECTURE.md has the argument).
+const UNSAFE_ALLOWED: &[&str] = &[
+    // Mapping clients' shared memory, and the SIGBUS guard over it.
+    "shm/region.rs",
+    "shm/guard.rs",
+    // ONNX Runtime's C API where `ort` has no safe call.
+    "backend/onnx_raw.rs",
+    // glibc's malloc_trim and mallopt.
+    "repository/trim.rs",
+    // Declares the `unsafe trait OutputMemory` contract; implements nothing.
+    "backend/mod.rs",
+];
+
+#[test]
+fn no_top_level_module_imports_one_that_imports_it_back() {
+    let src = src();
+    let tree = Tree::read(&src.join("lib.rs"), &from_disk);
+    let src_dir = src.display().to_string();
+    let cycles: Vec<String> = tree
+        .top_level_cycles(Path::new(&src_dir))
+        .into_iter()
+        .map(|c| c.replace(&format!("{src_dir}/"), "src/"))
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "top-level modules that import each other:\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn unsafe_code_is_allowed_only_where_architecture_md_says() {
+    let src = src();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut stray: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            std::fs::read_to_string(f).is_ok_and(|text| {
+                let code: Vec<Tok> = tokens(&text);
+                code.windows(3).any(|w| {
+                    w[0] == Tok::Ident("allow".into())
+                        && w[1] == Tok::Punct(b'(')
+                        && w[2] == Tok::Ident("unsafe_code".into())
+                })
+            })
+        })
+        .map(|f| f.strip_prefix(&src).unwrap_or(f).display().to_string())
+        .filter(|name| !UNSAFE_ALLOWED.contains(&name.as_str()))
+        .collect();
+    stray.sort();
+    assert!(
+        stray.is_empty(),
+        "files allowing unsafe_code beyond ARCHITECTURE.md's list: {}",
+        stray.join(", ")
     );
 }
 
