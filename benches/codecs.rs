@@ -15,11 +15,12 @@
 use bytes::Bytes;
 use criterion::{black_box, criterion_group, Criterion, Throughput};
 use prost::Message;
+use tensorport::api::json::{decode as json_decode, encode as json_tensor};
 use tensorport::api::kserve::codec;
-use tensorport::api::kserve::infer_body::{InferBody, Inputs};
-use tensorport::api::kserve::{http, infer_lift};
+use tensorport::api::kserve::http;
+use tensorport::api::kserve::http::body::{InferBody, Inputs};
+use tensorport::api::kserve::http::lift as infer_lift;
 use tensorport::api::tfserving::tensor_proto;
-use tensorport::api::{json_decode, json_tensor};
 use tensorport::proto::inference::model_infer_request::InferInputTensor;
 use tensorport::proto::inference::{ModelInferRequest, ModelInferResponse};
 use tensorport::proto::tensorflow::serving::{ModelSpec, PredictRequest};

@@ -1,13 +1,13 @@
-//! The request-path error type and the one table that maps it onto both wire protocols.
+//! The request-path error type, and how it becomes a gRPC status.
 //!
 //! Every layer below has its own error enum (`tensor::DecodeError`, `backend::BackendError`,
 //! ...); they meet here. [`Error::kind`] picks the [`ErrorKind`], and the kind alone decides
 //! the HTTP status, the gRPC code and the stable `error_type` label used in metrics (the table
-//! is in `api::status`).
+//! is [`ErrorKind::table`], in `error_kind`).
 
 use crate::backend::BackendError;
 use crate::batcher::{BatchError, BatcherError, RequestError};
-use crate::repository::{ConfineError, ResidencyError};
+use crate::repository::{ConfineError, RepositoryError, ResidencyError};
 use crate::request::MemoryRefused;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
@@ -22,21 +22,6 @@ pub use crate::error_kind::ErrorKind;
 /// Everything that can fail while answering a request.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("model '{0}' not found")]
-    ModelNotFound(String),
-    #[error("version {version} of model '{model}' is not available")]
-    VersionNotFound { model: String, version: u64 },
-    #[error("model '{model}' has no available version{}", reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
-    NoAvailableVersion {
-        model: String,
-        reason: Option<String>,
-    },
-    #[error("model '{model}' has no signature '{signature}' (it has: {available})")]
-    SignatureNotFound {
-        model: String,
-        signature: String,
-        available: String,
-    },
     #[error("{0}")]
     InvalidArgument(String),
     #[error(transparent)]
@@ -62,9 +47,6 @@ pub enum Error {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Shm(#[from] ShmError),
-    /// A model name or path the admin APIs refuse.
-    #[error(transparent)]
-    Confine(#[from] ConfineError),
     #[error("{0}")]
     Unimplemented(String),
     #[error("{0}")]
@@ -87,9 +69,25 @@ pub enum Error {
         #[source]
         source: MemoryRefused,
     },
-    /// A version that is not resident could not be loaded for the request.
+    /// A model, version or signature the repository does not have, a name or path the model
+    /// roots refuse, a version that could not be made resident, a model list or version label
+    /// that does not hold together.
     #[error(transparent)]
-    Residency(#[from] ResidencyError),
+    Repository(#[from] RepositoryError),
+}
+
+/// The repository's parts convert on their own, so that `?` works where a repository call
+/// fails with only one of them.
+impl From<ConfineError> for Error {
+    fn from(err: ConfineError) -> Self {
+        Self::Repository(err.into())
+    }
+}
+
+impl From<ResidencyError> for Error {
+    fn from(err: ResidencyError) -> Self {
+        Self::Repository(err.into())
+    }
 }
 
 /// The batcher's failures keep their own variants here, so that a match on the request-path
@@ -109,13 +107,8 @@ impl From<BatcherError> for Error {
 impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::ModelNotFound(_)
-            | Self::VersionNotFound { .. }
-            | Self::NoAvailableVersion { .. } => ErrorKind::NotFound,
             // TF Serving treats a bad signature name as a bad request, not a missing servable.
-            Self::SignatureNotFound { .. } | Self::InvalidArgument(_) | Self::Decode(_) => {
-                ErrorKind::InvalidArgument
-            }
+            Self::InvalidArgument(_) | Self::Decode(_) => ErrorKind::InvalidArgument,
             Self::Backend(err) => err.kind(),
             Self::Request(err) => err.kind(),
             Self::Version(_) => ErrorKind::InvalidArgument,
@@ -136,26 +129,31 @@ impl Error {
                 ShmError::Guard(_) | ShmError::Descriptors(_) => ErrorKind::Internal,
                 _ => ErrorKind::InvalidArgument,
             },
-            Self::Confine(ConfineError::OutsideRoots(_)) => ErrorKind::PermissionDenied,
-            Self::Confine(_) => ErrorKind::InvalidArgument,
+            Self::Repository(err) => err.kind(),
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) | Self::Batch(_) => ErrorKind::Internal,
             Self::QueueFull { .. } | Self::InputMemory { .. } => ErrorKind::ResourceExhausted,
             Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Self::BatcherStopped { .. } => ErrorKind::Unavailable,
-            // Retrying does not help a model larger than the budget, but the request was
-            // refused for memory, which is what RESOURCE_EXHAUSTED means to both protocols.
-            Self::Residency(ResidencyError::TooLarge { .. } | ResidencyError::NoRoom { .. }) => {
-                ErrorKind::ResourceExhausted
-            }
-            Self::Residency(
-                ResidencyError::LoadFailed { .. } | ResidencyError::EvictedAgain { .. },
-            ) => ErrorKind::Unavailable,
         }
     }
 
     pub fn invalid(message: impl Into<String>) -> Self {
         Self::InvalidArgument(message.into())
+    }
+}
+
+/// Both gRPC services answer a failed call with the kind's code and the error's message.
+impl From<Error> for tonic::Status {
+    fn from(err: Error) -> Self {
+        tonic::Status::new(err.kind().table().grpc_code, err.to_string())
+    }
+}
+
+/// The repository's answers reach the gRPC services directly (model status, load, unload).
+impl From<RepositoryError> for tonic::Status {
+    fn from(err: RepositoryError) -> Self {
+        Error::from(err).into()
     }
 }
 
@@ -189,5 +187,13 @@ mod tests {
             assert_eq!(row.http_status, http, "{err}");
             assert_eq!(row.error_type, error_type, "{err}");
         }
+    }
+
+    #[test]
+    fn status_carries_the_message() {
+        let status =
+            tonic::Status::from(Error::from(RepositoryError::ModelNotFound("nope".into())));
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert!(status.message().contains("nope"));
     }
 }

@@ -109,7 +109,7 @@ impl InferService {
         if model.is_empty() {
             return Err(Error::invalid("the request names no model"));
         }
-        self.repository.snapshot().resolve(model, &version)
+        Ok(self.repository.snapshot().resolve(model, &version)?)
     }
 
     /// The serving version a metadata or configuration request names. Under a memory budget a
@@ -126,9 +126,10 @@ impl InferService {
             return Err(Error::invalid("the request names no model"));
         }
         let deadline = context.and_then(|context| context.deadline_within(None));
-        self.repository
+        Ok(self
+            .repository
             .resolve_serving(model, &version, deadline)
-            .await
+            .await?)
     }
 
     /// The one way into a model: resolves `target` to a serving version (under a memory

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! socket ─> overload (request id, rate limit, concurrency limit, deadline)
-//!        ─> api::{tfserving, kserve} (wire -> Tensor; decoding only)
+//!        ─> api::{kserve::{http, grpc}, tfserving::{rest, grpc}} (wire -> Tensor; decoding
+//!           only, with the JSON codec in api::json and the HTTP plumbing in api::http)
 //!        ─> infer::InferService::prepare (resolve model@version, pick the signature,
 //!           validate: a batcher::ValidRequest)
 //!        ─> batcher (bounded queue per version; drops expired work; up to `[instances]`
@@ -20,15 +21,21 @@
 //! `batcher::RequestError`, `batcher::BatcherError`, `backend::BackendError`, ...), and each
 //! says which [`error_kind::ErrorKind`] it is. They meet in [`error::Error`] on the request
 //! path; the kind alone picks the HTTP status, the gRPC code and the stable `error_type`
-//! (`api::status`, one table for both protocols and the overload layers). A client's mistakes
-//! in what it sent are [`wire_error`] enums grouped by concern (the body, the KServe infer
-//! request, parameters, shared-memory windows, the TF Serving predict body and model spec):
+//! ([`error_kind::ErrorKind::table`], one table at the bottom of the crate for both protocols
+//! and the overload layers). A client's mistakes in what it sent are [`wire_error`] enums
+//! grouped by concern (the body, the KServe infer request, parameters, shared-memory windows,
+//! the TF Serving predict body and model spec):
 //! adapters build typed values rather than format messages, and add context by wrapping
 //! (`in_input`), so a message's words live in one `#[error]` each. Lower layers never
 //! import higher ones: `error_kind` and `version` sit at the bottom, `error` above the layers
-//! whose failures it gathers, `api` on top. Nothing a client sends may panic the server:
+//! whose failures it gathers (the repository answers with its own `RepositoryError`), `api`
+//! on top; `tests/import_graph.rs` fails on any circle between files or top-level modules,
+//! and ARCHITECTURE.md draws the floors. Nothing a client sends may panic the server:
 //! `unwrap`, `expect` and `panic!` are denied outside tests.
 //!
+//! - [`api`]: the front door (shared state, hot routes, health, scrape) and a folder per
+//!   protocol transport, each a dispatcher above its operations.
+//! - [`infer`]: `InferService`, the one way into a model.
 //! - [`config`]: flags, environment and config file, parsed once in `main`.
 //! - [`repository`]: the model directory and the versions that serve.
 //! - [`backend`]: the `Backend` trait and its runtimes.
@@ -45,6 +52,12 @@
 //! - [`build_info`]: the version and the backends compiled in (`--version`, `build_info`).
 //! - [`server`]: binds nothing itself; takes listeners and a shutdown future, and drains.
 //! - [`transport`]: accepting, TLS and the connection limits of every port.
+//! - [`shm`]: Triton's system shared-memory extension: regions registered, mapped and guarded.
+//! - [`stats`]: per-model-version counters for KServe's statistics API.
+//! - [`version`]: which version of a model a request asks for, parsed once.
+//! - [`textproto`]: text-format protobuf, as TF Serving's and Triton's config files are written.
+//! - [`proto`]: the wire types and gRPC services generated from `proto/`.
+//! - [`cpu_wakeup`]: the kernel's CPU wake-up latency limit (`--cpu-wakeup-latency-us`).
 
 pub mod api;
 pub mod auth;

@@ -51,7 +51,10 @@ fn main() -> ExitCode {
     let Command::Serve(args) = cli.command;
     // Before logging starts: the log writer counts the lines it drops in a metric.
     let metrics = Arc::new(Metrics::new());
-    init_logging(args.log_format, LogSink::new(metrics.log_lines_dropped()));
+    init_logging(
+        args.observability.log_format,
+        LogSink::new(metrics.log_lines_dropped()),
+    );
     #[cfg(feature = "tensorflow")]
     {
         give_each_tensorflow_model_its_own_threads();
@@ -91,10 +94,10 @@ fn init_logging(format: LogFormat, sink: LogSink) {
 
 fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     let source = ModelSource::from_flags(
-        args.model_dir.as_deref(),
-        args.model_config_file.as_deref(),
-        args.model_name.as_deref(),
-        args.model_base_path.as_deref(),
+        args.models.model_dir.as_deref(),
+        args.compatibility.model_config_file.as_deref(),
+        args.compatibility.model_name.as_deref(),
+        args.compatibility.model_base_path.as_deref(),
     )
     .map_err(|err| err.to_string())?;
     let model_dir = source.root.clone();
@@ -105,7 +108,7 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
         Err(err) => tracing::warn!(%err, "cannot raise the open-file limit"),
     }
     // Held until the server stops; refused settings fail the start.
-    let _wakeup_latency = match args.cpu_wakeup_latency_us {
+    let _wakeup_latency = match args.models.cpu_wakeup_latency_us {
         Some(micros) => {
             let hold = WakeupLatencyHold::hold(micros).map_err(|err| err.to_string())?;
             tracing::info!(
@@ -117,7 +120,7 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
         None => None,
     };
     // Before the models load, so that a bad token file fails the start at once.
-    let access = match &args.auth_token_file {
+    let access = match &args.security.auth_token_file {
         Some(file) => Access::from_file(file).map_err(|err| err.to_string())?,
         None => Access::open(),
     };
@@ -132,7 +135,7 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
     let library = onnx_library::find(
-        args.ort_library.as_deref(),
+        args.models.ort_library.as_deref(),
         env_library.as_deref(),
         &onnx_library::default_search_roots(),
     )
@@ -140,16 +143,16 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     let onnx = OnnxRuntime::load(&library).map_err(|err| err.to_string())?;
     tracing::info!(library = %library.display(), "ONNX Runtime loaded");
     let threads = RuntimeThreads {
-        intra_op: args.intra_op_threads,
-        inter_op: args.inter_op_threads,
+        intra_op: args.models.intra_op_threads,
+        inter_op: args.models.inter_op_threads,
     };
     // Before anything runs: LibTorch sizes its process-wide pools once.
     #[cfg(feature = "torch")]
     tensorport::backend::torch::configure_process(threads).map_err(|err| err.to_string())?;
 
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-    let workers = if args.worker_threads > 0 {
-        args.worker_threads
+    let workers = if args.network.worker_threads > 0 {
+        args.network.worker_threads
     } else {
         cpus
     };
@@ -164,10 +167,20 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     runtime.block_on(async move {
         // Bind before anything slow: a port conflict fails at once, and probes get answers
         // (live, not yet ready) while the models load.
-        let grpc = bind(SocketAddr::new(args.host, args.grpc_port), "--grpc-port").await?;
-        let rest = bind(SocketAddr::new(args.host, args.rest_port), "--rest-port").await?;
-        let metrics_listener = match args.metrics_port {
-            Some(port) => Some(bind(SocketAddr::new(args.host, port), "--metrics-port").await?),
+        let grpc = bind(
+            SocketAddr::new(args.network.host, args.network.grpc_port),
+            "--grpc-port",
+        )
+        .await?;
+        let rest = bind(
+            SocketAddr::new(args.network.host, args.network.rest_port),
+            "--rest-port",
+        )
+        .await?;
+        let metrics_listener = match args.observability.metrics_port {
+            Some(port) => {
+                Some(bind(SocketAddr::new(args.network.host, port), "--metrics-port").await?)
+            }
             None => None,
         };
         // An unreadable model directory is a configuration error, reported before serving.
@@ -178,11 +191,11 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
             default_batching,
             metrics: metrics.clone(),
             instances,
-            inline_run_max: Duration::from_micros(args.inline_run_max_us),
+            inline_run_max: Duration::from_micros(args.batching.inline_run_max_us),
         };
         let repository = ModelRepository::new(&model_dir, loader)
-            .with_memory_budget(args.model_memory_budget)
-            .with_allowed_roots(&args.allow_model_paths)
+            .with_memory_budget(args.models.model_memory_budget)
+            .with_allowed_roots(&args.security.allow_model_paths)
             .map_err(|err| err.to_string())?;
         let repository = match source.models.served(&repository) {
             Ok(None) => repository,
@@ -202,7 +215,10 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
                 ),
             },
             metrics,
-            Arc::new(ShmRegistry::with_limits(args.shm, args.shm_limits())),
+            Arc::new(ShmRegistry::with_limits(
+                args.shared_memory.shm,
+                args.shm_limits(),
+            )),
         ));
         tracing::info!(
             grpc = %local(&grpc),
@@ -210,12 +226,15 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
             metrics = %metrics_listener.as_ref().map(local).unwrap_or_default(),
             "listening"
         );
-        let poll = (args.model_poll_secs > 0).then(|| Duration::from_secs(args.model_poll_secs));
+        let poll = (args.models.model_poll_secs > 0)
+            .then(|| Duration::from_secs(args.models.model_poll_secs));
         let config_file = match &source.models {
-            ModelList::ConfigFile(file) if args.model_config_file_poll_secs > 0 => Some((
-                file.clone(),
-                Duration::from_secs(args.model_config_file_poll_secs),
-            )),
+            ModelList::ConfigFile(file) if args.compatibility.model_config_file_poll_secs > 0 => {
+                Some((
+                    file.clone(),
+                    Duration::from_secs(args.compatibility.model_config_file_poll_secs),
+                ))
+            }
             _ => None,
         };
         // A watch that stops (it never should) leaves the server unready, saying why; the
@@ -253,9 +272,9 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
 /// `--enable-batching` (with `--batching-parameters-file`) as TF Serving reads them, else
 /// `--max-batch-size` and its companions.
 fn batching_defaults(args: &ServeArgs) -> Result<(BatchSettings, usize), String> {
-    let instances = usize::try_from(args.instances).unwrap_or(1);
-    if !args.enable_batching {
-        if let Some(file) = &args.batching_parameters_file {
+    let instances = usize::try_from(args.models.instances).unwrap_or(1);
+    if !args.compatibility.enable_batching {
+        if let Some(file) = &args.compatibility.batching_parameters_file {
             tracing::warn!(
                 file = %file.display(),
                 "--batching-parameters-file is ignored without --enable-batching (as in TF Serving)"
@@ -263,7 +282,7 @@ fn batching_defaults(args: &ServeArgs) -> Result<(BatchSettings, usize), String>
         }
         return Ok((args.batch_settings(), instances));
     }
-    let tfs = match &args.batching_parameters_file {
+    let tfs = match &args.compatibility.batching_parameters_file {
         Some(file) => TfsBatching::read(file).map_err(|err| err.to_string())?,
         None => TfsBatching::defaults(),
     };

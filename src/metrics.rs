@@ -2,214 +2,38 @@
 //! Prometheus conventions: prefix `tensorport_`, base units in the name (`_seconds`,
 //! `_bytes`), `_total` on counters (added by the encoder). The process's own figures carry the
 //! standard `process_*` names, without the prefix, as every Prometheus client exports them.
+//!
+//! This file holds [`Metrics`], the registry and the request-path families. Beside it, by
+//! concern: `labels` (the leaf: label sets, buckets, the public label values), `model` (one
+//! version's batcher handles), `lifecycle` (loads, unloads, readiness), `residency` (models
+//! under a memory budget), `send_timeouts` and `process`. [`Metrics`] holds the families of
+//! each and forwards its public methods to them, so the imports run one way: down from here.
 
+mod labels;
+mod lifecycle;
+mod model;
 mod process;
 mod residency;
+mod send_timeouts;
 
+pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
+pub use model::ModelMetrics;
 pub use residency::LoadWaiter;
+pub use send_timeouts::SendTimeouts;
 
 use std::sync::Arc;
 
-use prometheus_client::encoding::{EncodeLabel, EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::request::Protocol;
-
-/// Where on the request path tensor bytes were copied.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum CopyStage {
-    /// An input buffer misaligned for its element type was copied before the runtime read it.
-    InputAlignment,
-    /// Requests merged into one batch were gathered into one buffer.
-    BatchGather,
-    /// An output was copied into the caller's shared-memory region.
-    SharedMemoryOutput,
-}
-
-impl CopyStage {
-    fn label(self) -> &'static str {
-        match self {
-            Self::InputAlignment => "input_alignment",
-            Self::BatchGather => "batch_gather",
-            Self::SharedMemoryOutput => "shared_memory_output",
-        }
-    }
-}
-
-/// Why a request was refused for overload.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
-pub enum RefusalReason {
-    /// The client's per-client rate limit.
-    RateLimit,
-    /// The server-wide limit on requests in flight.
-    Concurrency,
-    /// The model version's queue was full.
-    QueueFull,
-    /// The deadline passed before the request could run.
-    Deadline,
-    /// The request memory budget had too little left for the decoded request.
-    Memory,
-}
-
-impl RefusalReason {
-    pub const ALL: [Self; 5] = [
-        Self::RateLimit,
-        Self::Concurrency,
-        Self::QueueFull,
-        Self::Deadline,
-        Self::Memory,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::RateLimit => "rate_limit",
-            Self::Concurrency => "concurrency",
-            Self::QueueFull => "queue_full",
-            Self::Deadline => "deadline",
-            Self::Memory => "memory",
-        }
-    }
-}
-
-/// What happened to a model version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ModelEvent {
-    Loaded,
-    Unloaded,
-    LoadFailed,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StageLabels {
-    stage: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    model: Arc<str>,
-    /// Empty for a request that resolved no model.
-    version: Option<u64>,
-    protocol: &'static str,
-    outcome: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq)]
-struct LatencyLabels {
-    model: Arc<str>,
-    protocol: &'static str,
-    version: Option<u64>,
-}
-
-/// `version` is left out when empty (a request that resolved no model): in PromQL an absent
-/// label and an empty one are the same, and series without a model keep the labels they
-/// had before versions were recorded.
-impl EncodeLabelSet for LatencyLabels {
-    fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
-        ("model", self.model.as_ref()).encode(encoder.encode_label())?;
-        ("protocol", self.protocol).encode(encoder.encode_label())?;
-        if let Some(version) = self.version {
-            ("version", version).encode(encoder.encode_label())?;
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: &'static str,
-    backends: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabels {
-    model: String,
-    version: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct InstanceLabels {
-    model: String,
-    version: String,
-    instance: String,
-}
-
-/// Seconds, counted up; `f64` so that microsecond runs add up without rounding to zero.
-pub type SecondsCounter = Counter<f64, std::sync::atomic::AtomicU64>;
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ModelLabels {
-    model: String,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RefusalLabels {
-    reason: &'static str,
-    protocol: &'static str,
-}
-
-type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
-
-/// Latency buckets, in seconds: 50 us to 10 s, about 2.5x apart, so that both a refusal
-/// (microseconds) and a queued request under overload (tens of milliseconds) land in a bucket
-/// that tells them apart.
-fn latency_histogram() -> Histogram {
-    Histogram::new([
-        0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-        1.0, 2.5, 5.0, 10.0,
-    ])
-}
-
-/// Rows per executed batch: powers of two up to 1024.
-fn batch_histogram() -> Histogram {
-    Histogram::new((0..=10).map(|power| f64::from(1u32 << power)))
-}
-
-/// The histograms of one model version, resolved once so that the batcher does not look up
-/// its labels on every batch.
-#[derive(Clone)]
-pub struct ModelMetrics {
-    queue_wait: Histogram,
-    inference: Histogram,
-    batch_size: Histogram,
-    inline_runs: Counter,
-}
-
-impl ModelMetrics {
-    pub fn observe_queue_wait(&self, waited: std::time::Duration) {
-        self.queue_wait.observe(waited.as_secs_f64());
-    }
-
-    pub fn observe_execution(&self, took: std::time::Duration, rows: u64) {
-        self.inference.observe(took.as_secs_f64());
-        self.batch_size.observe(rows as f64);
-    }
-
-    /// Counts a request that ran on its caller's thread, without the batcher's queue.
-    pub fn count_inline_run(&self) {
-        self.inline_runs.inc();
-    }
-
-    /// Requests run on their caller's thread so far.
-    pub fn inline_runs(&self) -> u64 {
-        self.inline_runs.get()
-    }
-}
-
-impl Default for ModelMetrics {
-    /// Handles registered nowhere, for batchers run without a server (tests).
-    fn default() -> Self {
-        Self {
-            queue_wait: latency_histogram(),
-            inference: latency_histogram(),
-            batch_size: batch_histogram(),
-            inline_runs: Counter::default(),
-        }
-    }
-}
+use labels::{
+    batch_histogram, latency_histogram, BuildLabels, Histograms, InstanceLabels, LatencyLabels,
+    RefusalLabels, RequestLabels, StageLabels, VersionLabels,
+};
+use send_timeouts::register_send_timeouts;
 
 /// Every metric the server exports.
 pub struct Metrics {
@@ -228,10 +52,7 @@ pub struct Metrics {
     in_flight: Gauge,
     log_lines_dropped: Counter,
     refusals: Family<RefusalLabels, Counter>,
-    model_loads: Family<ModelLabels, Counter>,
-    model_unloads: Family<ModelLabels, Counter>,
-    model_load_failures: Family<ModelLabels, Counter>,
-    model_ready: Family<VersionLabels, Gauge>,
+    lifecycle: lifecycle::ModelLifecycle,
     residency: residency::ResidencyMetrics,
     send_timeouts: SendTimeouts,
     request_memory: Gauge,
@@ -368,26 +189,7 @@ impl Metrics {
             "Requests refused for overload, by reason and protocol",
             refusals.clone(),
         );
-        let model_loads = Family::<ModelLabels, Counter>::default();
-        registry.register("model_loads", "Model versions loaded", model_loads.clone());
-        let model_unloads = Family::<ModelLabels, Counter>::default();
-        registry.register(
-            "model_unloads",
-            "Model versions unloaded",
-            model_unloads.clone(),
-        );
-        let model_load_failures = Family::<ModelLabels, Counter>::default();
-        registry.register(
-            "model_load_failures",
-            "Model versions that failed to load or to warm up",
-            model_load_failures.clone(),
-        );
-        let model_ready = Family::<VersionLabels, Gauge>::default();
-        registry.register(
-            "model_ready",
-            "1 while a model version serves, 0 while it loads, failed, or was unloaded",
-            model_ready.clone(),
-        );
+        let lifecycle = lifecycle::ModelLifecycle::register(registry);
         let residency = residency::ResidencyMetrics::register(registry);
         let send_timeouts = register_send_timeouts(registry);
         let request_memory = Gauge::default();
@@ -413,10 +215,7 @@ impl Metrics {
             in_flight,
             log_lines_dropped,
             refusals,
-            model_loads,
-            model_unloads,
-            model_load_failures,
-            model_ready,
+            lifecycle,
             residency,
             send_timeouts,
             request_memory,
@@ -455,44 +254,18 @@ impl Metrics {
     /// Creates a model's counters at zero, so that dashboards and `rate()` see them from the
     /// model's first load rather than from its first event.
     pub fn register_model(&self, name: &str) {
-        let labels = ModelLabels {
-            model: name.to_owned(),
-        };
-        for family in [
-            &self.model_loads,
-            &self.model_unloads,
-            &self.model_load_failures,
-        ] {
-            drop(family.get_or_create(&labels));
-        }
-        self.register_residency(name);
+        self.lifecycle.register_model(name);
+        self.residency.register_model(name);
     }
 
     /// Replaces the model-ready gauges with `versions` (model, version, serving), so that
     /// versions the repository forgot disappear from the scrape.
     pub fn set_model_ready<'a>(&self, versions: impl IntoIterator<Item = (&'a str, u64, bool)>) {
-        self.model_ready.clear();
-        for (model, version, serving) in versions {
-            self.model_ready
-                .get_or_create(&VersionLabels {
-                    model: model.to_owned(),
-                    version: version.to_string(),
-                })
-                .set(i64::from(serving));
-        }
+        self.lifecycle.set_model_ready(versions);
     }
 
     pub fn record_model_event(&self, name: &str, event: ModelEvent) {
-        let family = match event {
-            ModelEvent::Loaded => &self.model_loads,
-            ModelEvent::Unloaded => &self.model_unloads,
-            ModelEvent::LoadFailed => &self.model_load_failures,
-        };
-        family
-            .get_or_create(&ModelLabels {
-                model: name.to_owned(),
-            })
-            .inc();
+        self.lifecycle.record_model_event(name, event);
     }
 
     pub fn set_shared_memory(&self, regions: usize, bytes: u64) {
@@ -611,6 +384,33 @@ impl Metrics {
         }
     }
 
+    pub fn record_load_on_demand(&self, name: &str) {
+        self.residency.record_load_on_demand(name);
+    }
+
+    pub fn record_eviction(&self, name: &str) {
+        self.residency.record_eviction(name);
+    }
+
+    pub fn observe_load_wait(&self, name: &str, waited: std::time::Duration) {
+        self.residency.observe_load_wait(name, waited);
+    }
+
+    /// Counts a request as waiting for `name` to load until the returned guard drops.
+    pub fn wait_for_load(&self, name: &str) -> LoadWaiter {
+        self.residency.wait_for_load(name)
+    }
+
+    /// Requests waiting now for a version of `name` to load.
+    pub fn load_waiters(&self, name: &str) -> i64 {
+        self.residency.load_waiters(name)
+    }
+
+    /// Replaces the memory gauges with `versions` (model, version, bytes): resident ones only.
+    pub fn set_model_memory(&self, versions: impl IntoIterator<Item = (String, u64, u64)>) {
+        self.residency.set_model_memory(versions);
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -620,119 +420,5 @@ impl Metrics {
     }
 }
 
-/// `tensorport_send_timeouts_total{cut}`: answers whose client took none of their bytes for
-/// `--send-timeout-secs`, by what was cut.
-fn register_send_timeouts(registry: &mut Registry) -> SendTimeouts {
-    let family = Family::<CutLabels, Counter>::default();
-    let cuts = SendTimeouts {
-        streams: family.get_or_create_owned(&CutLabels { cut: "stream" }),
-        connections: family.get_or_create_owned(&CutLabels { cut: "connection" }),
-    };
-    registry.register(
-        "send_timeouts",
-        "Answers cut off because the client took none of their bytes for the send timeout: \
-         HTTP/2 streams reset (cut=stream) and connections closed (cut=connection)",
-        family,
-    );
-    cuts
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CutLabels {
-    cut: &'static str,
-}
-
-/// Where the transport counts answers cut off for the send timeout (handles registered
-/// nowhere by default, for servers run without metrics).
-#[derive(Clone, Debug, Default)]
-pub struct SendTimeouts {
-    /// HTTP/2 streams reset.
-    pub streams: Counter,
-    /// Connections closed because their socket took nothing.
-    pub connections: Counter,
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exposition_names_carry_prefix_units_and_total() {
-        let metrics = Metrics::new();
-        metrics.record_request(
-            Protocol::KserveGrpc,
-            Some((&Arc::from("m"), 2)),
-            "ok",
-            std::time::Duration::from_millis(3),
-        );
-        metrics.record_refusal(RefusalReason::Concurrency, Protocol::KserveHttp);
-        metrics.record_model_event("m", ModelEvent::Loaded);
-        metrics
-            .model("m", 2)
-            .observe_execution(std::time::Duration::from_micros(300), 8);
-        metrics.set_queue_depths([("m", 2, 5)]);
-        metrics.set_model_ready([("m", 2, true), ("m", 3, false)]);
-        let text = metrics.encode();
-        for expected in [
-            "tensorport_requests_total{model=\"m\",version=\"2\",protocol=\"kserve-grpc\",outcome=\"ok\"} 1",
-            "tensorport_refusals_total{reason=\"concurrency\",protocol=\"kserve-http\"} 1",
-            "tensorport_model_loads_total{model=\"m\"} 1",
-            "tensorport_batch_size_rows_bucket{le=\"8.0\",model=\"m\",version=\"2\"} 1",
-            "tensorport_queue_depth_requests{model=\"m\",version=\"2\"} 5",
-            "tensorport_request_duration_seconds_count{model=\"m\",protocol=\"kserve-grpc\",version=\"2\"} 1",
-            "tensorport_inference_duration_seconds_sum",
-            "tensorport_model_ready{model=\"m\",version=\"2\"} 1",
-            "tensorport_model_ready{model=\"m\",version=\"3\"} 0",
-            "\nprocess_resident_memory_bytes ",
-            "\nprocess_virtual_memory_bytes ",
-            "\nprocess_open_fds ",
-            "\nprocess_max_fds ",
-            "\nprocess_start_time_seconds ",
-            "\nprocess_cpu_seconds_total ",
-            "tensorport_build_info{version=\"",
-        ] {
-            assert!(text.contains(expected), "missing {expected} in:\n{text}");
-        }
-        assert_eq!(
-            metrics.requests(Protocol::KserveGrpc, Some(("m", 2)), "ok"),
-            1
-        );
-        assert_eq!(
-            metrics.refusals(RefusalReason::Concurrency, Protocol::KserveHttp),
-            1
-        );
-    }
-
-    #[test]
-    fn a_models_counters_exist_at_zero_once_registered() {
-        let metrics = Metrics::new();
-        metrics.register_model("m");
-        let text = metrics.encode();
-        for name in ["model_loads", "model_unloads", "model_load_failures"] {
-            let line = format!("tensorport_{name}_total{{model=\"m\"}} 0");
-            assert!(text.contains(&line), "missing {line} in:\n{text}");
-        }
-    }
-
-    #[test]
-    fn build_info_names_the_compiled_backends() {
-        let text = Metrics::new().encode();
-        let line = format!(
-            "tensorport_build_info{{version=\"{}\",backends=\"{}\"}} 1",
-            env!("CARGO_PKG_VERSION"),
-            crate::build_info::BACKENDS
-        );
-        assert!(text.contains(&line), "missing {line} in:\n{text}");
-        assert!(crate::build_info::BACKENDS.starts_with("onnx"));
-    }
-
-    #[test]
-    fn queue_depths_forget_versions_that_went_away() {
-        let metrics = Metrics::new();
-        metrics.set_queue_depths([("a", 1, 1), ("b", 1, 2)]);
-        metrics.set_queue_depths([("b", 1, 0)]);
-        let text = metrics.encode();
-        assert!(!text.contains("model=\"a\""), "{text}");
-        assert!(text.contains("tensorport_queue_depth_requests{model=\"b\",version=\"1\"} 0"));
-    }
-}
+mod tests;

@@ -27,7 +27,7 @@
 //!    limits costs little: the check answers at once, so a refused request holds a
 //!    concurrency slot only for that instant, and spends only its own client's rate.
 //! 7. **Body size** is enforced where the body is read: the HTTP body's own cap
-//!    (`api::payload::Capped`) and tonic's `max_decoding_message_size`, both from
+//!    (`api::http::body::Capped`) and tonic's `max_decoding_message_size`, both from
 //!    `--max-request-bytes` (see [`crate::server`]).
 //!
 //! Above all of this, [`crate::transport`] reads each request's body in full (within the
@@ -45,7 +45,8 @@
 //!
 //! A stream's messages (`ModelStreamInfer`) pass layers 1 and 3 to 5 again, each on its own,
 //! through the same services ([`stream`]): a stream is admitted as a call when it opens, and
-//! each message as a call when it arrives.
+//! each message as a call when it arrives. Layers 3 to 5 are composed once, in [`protection`],
+//! the leaf both this stack and [`stream`] build on, so that neither imports the other.
 //!
 //! Every refusal for overload (rate limit, concurrency, memory, full queue, deadline) is
 //! RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED) over gRPC and 429 with `Retry-After` (or 504) over
@@ -60,6 +61,7 @@ mod deadline;
 mod drain;
 mod memory;
 mod observe;
+mod protection;
 mod rate;
 mod refusal;
 mod shed;
@@ -69,6 +71,7 @@ mod tests;
 
 pub use access_log::{AccessEntry, AccessLogFormat};
 pub use memory::{MemoryBudget, MemoryCharge, DEFAULT_MAX_INFLIGHT_REQUEST_BYTES};
+pub use protection::Protected;
 pub use rate::{ApiKeys, ApiKeysError, ClientKey, RateSettings};
 pub use refusal::{Outcome, Refusal, Transport};
 pub use stream::{StreamGate, Streams};
@@ -77,18 +80,15 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use governor::middleware::NoOpMiddleware;
 use http::HeaderName;
 use tower::{Layer, ServiceBuilder};
-use tower_governor::governor::Governor;
 
 use crate::metrics::Metrics;
 use crate::request::RequestIds;
-use bypass::{Bypass, BypassLayer, Optional};
-use deadline::{Deadline, DeadlineLayer};
+use bypass::{Bypass, BypassLayer};
 use observe::{Observe, ObserveLayer, Observer};
-use rate::ClientKeys;
-use shed::{Limit, Shed, ShedLayer};
+use protection::Protection;
+use shed::Limit;
 use stream::Run;
 
 /// The overload settings, as the command line gives them.
@@ -175,11 +175,8 @@ impl Overload {
     /// What admits the messages of gRPC streams: layers 1 and 3 to 5, the same limits,
     /// budgets and counters as the gRPC port's stack (see [`stream`]).
     pub fn streams(&self) -> Streams {
-        let protection = Protection::<tonic::body::Body> {
-            limit: self.limit.clone(),
-            rate: self.rate.clone(),
-            _body: PhantomData,
-        };
+        let protection =
+            Protection::<tonic::body::Body>::new(self.limit.clone(), self.rate.clone());
         Streams::new(
             self.observer.clone(),
             protection.layer(Run),
@@ -217,34 +214,6 @@ impl<B> Clone for OverloadLayer<B> {
     }
 }
 
-type Admitted<S, B> = Shed<Deadline<S, B>, B>;
-/// Layers 3 to 5 around the routes.
-pub type Protected<S, B> =
-    Optional<Governor<ClientKeys, NoOpMiddleware, Admitted<S, B>, B>, Admitted<S, B>>;
-
-/// Layers 3 to 5 as one layer: the rate limit (when configured), then admission, then the
-/// deadline.
-struct Protection<B> {
-    limit: Limit,
-    rate: Option<rate::Config>,
-    _body: PhantomData<fn() -> B>,
-}
-
-impl<S, B: Transport + 'static> Layer<S> for Protection<B> {
-    type Service = Protected<S, B>;
-
-    fn layer(&self, routes: S) -> Self::Service {
-        let admitted = ServiceBuilder::new()
-            .layer(ShedLayer::new(self.limit.clone()))
-            .layer(DeadlineLayer::default())
-            .service(routes);
-        match &self.rate {
-            Some(config) => Optional::On(rate::layer::<B>(config).layer(admitted)),
-            None => Optional::Off(admitted),
-        }
-    }
-}
-
 impl<S: Clone, B: Transport + 'static> Layer<S> for OverloadLayer<B> {
     // Requests reach the routes with their body wrapped (see `drain`), in the same type.
     type Service = Observe<Bypass<S, Protected<S, B>>, B>;
@@ -253,11 +222,10 @@ impl<S: Clone, B: Transport + 'static> Layer<S> for OverloadLayer<B> {
         // Read top to bottom as the module documentation lists them: 1, 2, then 3 to 5.
         ServiceBuilder::new()
             .layer(ObserveLayer::new(self.observer.clone()))
-            .layer(BypassLayer::new(Protection::<B> {
-                limit: self.limit.clone(),
-                rate: self.rate.clone(),
-                _body: PhantomData,
-            }))
+            .layer(BypassLayer::new(Protection::<B>::new(
+                self.limit.clone(),
+                self.rate.clone(),
+            )))
             .service(routes)
     }
 }

@@ -25,13 +25,14 @@ use tonic::codec::CompressionEncoding::Gzip;
 use tower::util::MapRequestLayer;
 use tower::{Layer, ServiceBuilder};
 
-use crate::api::compression::GzipLayer;
 use crate::api::health::{Health, Readiness};
 use crate::api::hot_routes::HotRoutes;
-use crate::api::payload::Capped;
-use crate::api::rest_util::RestError;
-use crate::api::route_table::Routes;
-use crate::api::{grpc_compression, health, kserve, scrape, tfserving, AppState};
+use crate::api::http::body::Capped;
+use crate::api::http::compression::GzipLayer;
+use crate::api::http::grpc_compression;
+use crate::api::http::response::RestError;
+use crate::api::http::route_table::Routes;
+use crate::api::{health, kserve, scrape, tfserving, AppState};
 use crate::auth::{Access, AuthLayer};
 use crate::background::Background;
 use crate::infer::InferService;
@@ -147,7 +148,7 @@ pub fn rest_app(
     let limit = options.max_request_bytes;
     ServiceBuilder::new()
         // The transport has read up to the limit; a body past it is refused as a handler
-        // reads on (`api::payload`).
+        // reads on (`api::http::body`).
         .map_request(move |request: Request<transport::Received>| {
             request.map(|body| Body::new(Capped::new(body, limit)))
         })

@@ -39,7 +39,7 @@ impl Rendezvous {
             .wait_timeout_while(arrived, Duration::from_secs(60), |n| *n < self.expected)
             .unwrap_or_else(|p| p.into_inner());
         if wait.timed_out() {
-            return Err(BackendError::Runtime(format!(
+            return Err(BackendError::runtime(format!(
                 "only {} of {} runs were ever in flight together",
                 *arrived, self.expected
             )));

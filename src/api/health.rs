@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -20,9 +20,8 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 use tonic_health::ServingStatus;
 
-use crate::api::rest_util::json_response;
-use crate::api::route_table::Routes;
-use crate::api::AppState;
+use crate::api::http::response::json_response;
+use crate::api::http::route_table::Routes;
 use crate::background::Background;
 use crate::infer::InferService;
 use crate::repository::{ModelRecord, ModelRepository, Residence, VersionState};
@@ -122,8 +121,14 @@ impl Health {
 }
 
 /// `/livez`, `/readyz` and KServe's `/v2/health/{live,ready}`, reading the server's
-/// [`Health`] from the router's state.
-pub fn routes() -> Routes<AppState> {
+/// [`Health`] from the router's state. Generic over that state (the server's is
+/// [`AppState`](crate::api::AppState)), so that this file, which the state names, does not
+/// import it back.
+pub fn routes<S>() -> Routes<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Arc<Health>: FromRef<S>,
+{
     Routes::new()
         .route("/livez", get(live))
         .route("/v2/health/live", get(live))

@@ -22,8 +22,8 @@ use axum::Router;
 use futures::future::{BoxFuture, Either};
 use tower::Service;
 
+use super::http::body::read_payload;
 use super::kserve;
-use super::payload::read_payload;
 use super::tfserving;
 use super::AppState;
 use crate::infer::InferService;

@@ -1,27 +1,19 @@
 //! Protocol adapters: wire formats in, domain types to [`crate::infer::InferService`], wire
 //! formats out.
+//!
+//! This level is the front door only: the state the HTTP handlers share ([`AppState`]), the
+//! hot routes that skip the router for inference ([`hot_routes`]), the probes ([`health`])
+//! and the metrics scrape ([`scrape`]). Beneath it, each protocol is a folder whose
+//! dispatcher stands above its operations, with what they share in a leaf underneath
+//! ([`kserve`], [`tfserving`]); beneath those, the JSON tensor codec ([`json`]) and the HTTP
+//! plumbing both protocols use ([`http`]). No file imports the file that routes to it.
 
-pub mod compression;
-pub mod grpc_compression;
 pub mod health;
-pub mod heavy;
 pub mod hot_routes;
-pub mod json_body;
-pub mod json_decode;
-mod json_lift;
-mod json_number;
-#[cfg(test)]
-mod json_round_trip;
-mod json_scan;
-mod json_shape;
-pub mod json_tensor;
-mod json_values;
+pub mod http;
+pub mod json;
 pub mod kserve;
-pub mod payload;
-pub mod rest_util;
-pub mod route_table;
 pub mod scrape;
-pub mod status;
 pub mod tfserving;
 
 use std::sync::Arc;

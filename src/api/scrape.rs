@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
-use crate::api::route_table::Routes;
+use crate::api::http::route_table::Routes;
 use crate::api::AppState;
 use crate::infer::InferService;
 use crate::repository::VersionState;

@@ -50,7 +50,7 @@ impl Group {
         Self::ALL.into_iter().find(|group| group.name() == name)
     }
 
-    pub(super) fn bit(self) -> u8 {
+    fn bit(self) -> u8 {
         1 << (self as u8)
     }
 }
@@ -58,6 +58,36 @@ impl Group {
 impl fmt::Display for Group {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// A set of groups, one bit each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Groups(u8);
+
+impl Groups {
+    pub const NONE: Self = Self(0);
+
+    pub fn all() -> Self {
+        Group::ALL.into_iter().collect()
+    }
+
+    pub fn contains(self, group: Group) -> bool {
+        self.0 & group.bit() != 0
+    }
+
+    pub fn insert(&mut self, group: Group) {
+        self.0 |= group.bit();
+    }
+}
+
+impl FromIterator<Group> for Groups {
+    fn from_iter<I: IntoIterator<Item = Group>>(iter: I) -> Self {
+        let mut set = Self::NONE;
+        for group in iter {
+            set.insert(group);
+        }
+        set
     }
 }
 

@@ -7,7 +7,7 @@ use futures::future::{ready, Either, Ready};
 use http::{header, HeaderValue, Request, Response, StatusCode};
 use tower::{Layer, Service};
 
-use super::{Access, Denied};
+use super::access::{Access, Denied};
 
 /// How a server's transport spells a refusal; implemented for the response body of each.
 pub trait Refuse: Sized {

@@ -17,7 +17,8 @@
 
 use std::path::PathBuf;
 
-use super::{Grant, Group, Groups, Policy};
+use super::groups::{Group, Groups};
+use super::policy::{Grant, Policy};
 
 /// Shortest token accepted: a guessable token is no protection.
 pub const MIN_TOKEN_CHARS: usize = 16;

@@ -15,6 +15,7 @@ pub mod torch;
 
 pub use signature::{Signature, TensorSpec, DEFAULT_SIGNATURE};
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -109,21 +110,45 @@ pub trait Backend: Send + Sync {
     }
 }
 
-/// Failures inside a runtime.
-#[derive(Debug, thiserror::Error)]
+/// Failures inside a runtime. The messages are shared (`Arc<str>`), so that a batch that
+/// failed hands every one of its requests the same error for the cost of a reference count.
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum BackendError {
     #[error("cannot load the ONNX Runtime library: {0}")]
-    Library(String),
-    #[error("cannot load model {path}: {message}")]
-    Load { path: String, message: String },
+    Library(Arc<str>),
+    #[error("cannot load model {}: {message}", path.display())]
+    Load { path: PathBuf, message: Arc<str> },
     /// The runtime refused the inputs (e.g. an id out of an embedding table's range).
     #[error("the model rejected the inputs: {0}")]
-    InvalidInput(String),
+    InvalidInput(Arc<str>),
     #[error("inference failed: {0}")]
-    Runtime(String),
+    Runtime(Arc<str>),
 }
 
 impl BackendError {
+    /// The runtime library could not be loaded or initialised.
+    pub fn library(message: String) -> Self {
+        Self::Library(message.into())
+    }
+
+    /// The model at `path` could not be loaded.
+    pub fn load(path: &Path, message: String) -> Self {
+        Self::Load {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+
+    /// The runtime refused the inputs.
+    pub fn invalid_input(message: String) -> Self {
+        Self::InvalidInput(message.into())
+    }
+
+    /// A run failed for a reason of the runtime's own.
+    pub fn runtime(message: String) -> Self {
+        Self::Runtime(message.into())
+    }
+
     pub fn kind(&self) -> ErrorKind {
         match self {
             Self::InvalidInput(_) => ErrorKind::InvalidArgument,

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::channel::Reply;
 use super::gather::{gather, scatter};
-use super::task::Telemetry;
+use super::telemetry::Telemetry;
 use super::{BatchError, BatcherError};
 use crate::backend::{Backend, BackendError, NamedTensor, OutputTarget};
 use crate::metrics::CopyStage;
@@ -19,20 +19,12 @@ pub(super) enum Failure {
 }
 
 impl Failure {
-    /// One error per request of the failed batch; the errors carry only strings, so each
-    /// request gets its own copy.
+    /// One error per request of the failed batch; the errors are cheap to clone (shared
+    /// messages), so each request gets its own copy.
     pub(super) fn to_error(&self) -> BatcherError {
         match self {
             Self::Batch(err) => BatcherError::Batch(err.clone()),
-            Self::Backend(err) => BatcherError::Backend(match err {
-                BackendError::Library(message) => BackendError::Library(message.clone()),
-                BackendError::Load { path, message } => BackendError::Load {
-                    path: path.clone(),
-                    message: message.clone(),
-                },
-                BackendError::InvalidInput(message) => BackendError::InvalidInput(message.clone()),
-                BackendError::Runtime(message) => BackendError::Runtime(message.clone()),
-            }),
+            Self::Backend(err) => BatcherError::Backend(err.clone()),
         }
     }
 }

@@ -29,7 +29,7 @@ use super::execute::{answer, panicked, Run};
 use super::policy::BatchPolicy;
 use super::request::Parts;
 use super::runner::Runner;
-use super::task::inferences;
+use super::telemetry::inferences;
 use super::{BatchError, BatcherError, ValidRequest};
 use crate::backend::NamedTensor;
 

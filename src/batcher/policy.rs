@@ -353,5 +353,4 @@ fn wake_or_idle<K, T>(wake: Option<Instant>) -> Next<K, T> {
 }
 
 #[cfg(test)]
-#[path = "policy_tests.rs"]
 mod tests;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::execute::{execute, Outcome, Run};
 use super::instances::Instances;
-use super::task::Telemetry;
+use super::telemetry::Telemetry;
 use crate::backend::{Backend, NamedTensor};
 use crate::metrics::{ModelMetrics, SecondsCounter};
 

@@ -17,17 +17,15 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use super::channel::{release, Message, Reply};
+use super::error::{BatchError, BatcherError};
 use super::execute::{answers, panicked, Outcome, Run};
 use super::gather::{batch_key, BatchKey};
-use super::handle::BatcherHandle;
 use super::instance_threads::{InstanceThreads, LONG_RUN};
 use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::request::Parts;
-use super::runner::{Execution, Runner};
-use super::{BatchError, BatchSettings, BatcherError};
-use crate::backend::{Backend, NamedTensor, OutputTarget};
-use crate::metrics::Metrics;
-use crate::stats::ModelStats;
+use super::runner::Runner;
+use super::telemetry::inferences;
+use crate::backend::{NamedTensor, OutputTarget};
 
 /// A queued request, less what the policy keeps beside it.
 struct Waiting {
@@ -79,16 +77,7 @@ enum Event {
     Wake,
 }
 
-/// Where the actor reports what it did: the version's statistics and the server's metrics.
-#[derive(Clone, Default)]
-pub struct Telemetry {
-    pub stats: Arc<ModelStats>,
-    pub metrics: Arc<Metrics>,
-    /// The version the batcher serves, for the metrics' labels.
-    pub version: u64,
-}
-
-/// The batching actor of one model version. Start it with [`Batcher::spawn`].
+/// The batching actor of one model version. Start it with [`Batcher::spawn`] (start.rs).
 pub struct Batcher {
     model: String,
     runner: Arc<Runner>,
@@ -100,63 +89,26 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// Starts the actor for `model` with one instance and every request through the queue,
-    /// on the current Tokio runtime (it must be called from within one), and returns the
-    /// handle requests go through.
-    pub fn spawn(
-        model: impl Into<String>,
-        backend: Arc<dyn Backend>,
-        settings: &BatchSettings,
-        telemetry: Telemetry,
-    ) -> BatcherHandle {
-        Self::spawn_with(model, backend, settings, Execution::default(), telemetry)
-    }
-
-    /// Like [`Batcher::spawn`], running up to `instances` batches at once (at least one). The
-    /// backend must be able to run that many at once to gain from it; see
-    /// `repository::Loader` for how the runtimes do.
-    pub fn spawn_instances(
-        model: impl Into<String>,
-        backend: Arc<dyn Backend>,
-        settings: &BatchSettings,
-        instances: usize,
-        telemetry: Telemetry,
-    ) -> BatcherHandle {
-        let execution = Execution {
-            instances,
-            ..Execution::default()
-        };
-        Self::spawn_with(model, backend, settings, execution, telemetry)
-    }
-
-    /// Like [`Batcher::spawn`], with instances and inline runs as `execution` says.
-    pub fn spawn_with(
-        model: impl Into<String>,
-        backend: Arc<dyn Backend>,
-        settings: &BatchSettings,
-        execution: Execution,
-        telemetry: Telemetry,
-    ) -> BatcherHandle {
-        let model = model.into();
-        let policy = BatchPolicy::new(settings);
-        // Admission is counted in `depth`, which never exceeds `capacity`, and a
-        // message in the channel is always counted: so the channel cannot fill up, and its
-        // bound only backs the count up.
-        let (sender, receiver) = mpsc::channel(policy.capacity());
-        let depth = Arc::new(AtomicUsize::new(0));
-        let runner = Arc::new(Runner::new(&model, backend, execution, telemetry));
-        let batcher = Batcher {
-            model: model.clone(),
-            runner: runner.clone(),
+    /// The actor of `model`, fed by `receiver`, counting its queue in `depth` (shared with the
+    /// handle). It does nothing until [`Batcher::run`] is spawned; see start.rs.
+    pub(super) fn new(
+        model: String,
+        runner: Arc<Runner>,
+        receiver: mpsc::Receiver<Message>,
+        policy: BatchPolicy,
+        depth: Arc<AtomicUsize>,
+    ) -> Self {
+        Self {
+            model,
+            runner,
             receiver,
-            queue: BatchQueue::new(policy.clone()),
-            depth: depth.clone(),
-        };
-        let actor = tokio::spawn(batcher.run());
-        BatcherHandle::new(model, policy, sender, depth, runner, actor)
+            queue: BatchQueue::new(policy),
+            depth,
+        }
     }
 
-    async fn run(mut self) {
+    /// Runs until the handle's sender is dropped and everything queued has been answered.
+    pub(super) async fn run(mut self) {
         let runner = self.runner.clone();
         let instances = &runner.instances;
         let mut running = Running::default();
@@ -365,15 +317,6 @@ impl Batcher {
     fn release(&self, count: usize) {
         release(&self.depth, count);
     }
-}
-
-/// Inferences in Triton's sense: rows along dimension 0 (1 for a scalar input), counted
-/// whether or not the requests were merged.
-pub(super) fn inferences(inputs: &[NamedTensor]) -> u64 {
-    inputs
-        .first()
-        .and_then(|(_, t)| t.shape().first().copied())
-        .unwrap_or(1) as u64
 }
 
 fn join_failure(err: JoinError) -> BatchError {

@@ -7,7 +7,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::{Histograms, Metrics, ModelLabels, VersionLabels};
+use super::labels::{Histograms, ModelLabels, VersionLabels};
 
 /// Load waits, in seconds: 1 ms to 2 minutes (a large model's load).
 fn load_wait_histogram() -> Histogram {
@@ -16,6 +16,7 @@ fn load_wait_histogram() -> Histogram {
     ])
 }
 
+/// The residency families; [`super::Metrics`] holds one and forwards its public methods here.
 pub(super) struct ResidencyMetrics {
     memory: Family<VersionLabels, Gauge>,
     loads_on_demand: Family<ModelLabels, Counter>,
@@ -64,69 +65,57 @@ impl ResidencyMetrics {
     }
 }
 
-fn model(name: &str) -> ModelLabels {
-    ModelLabels {
-        model: name.to_owned(),
-    }
-}
-
-impl Metrics {
-    pub fn record_load_on_demand(&self, name: &str) {
-        self.residency
-            .loads_on_demand
-            .get_or_create(&model(name))
-            .inc();
+impl ResidencyMetrics {
+    pub(super) fn record_load_on_demand(&self, name: &str) {
+        self.loads_on_demand.get_or_create(&model(name)).inc();
     }
 
-    pub fn record_eviction(&self, name: &str) {
-        self.residency.evictions.get_or_create(&model(name)).inc();
+    pub(super) fn record_eviction(&self, name: &str) {
+        self.evictions.get_or_create(&model(name)).inc();
     }
 
-    pub fn observe_load_wait(&self, name: &str, waited: std::time::Duration) {
-        self.residency
-            .load_wait
+    pub(super) fn observe_load_wait(&self, name: &str, waited: std::time::Duration) {
+        self.load_wait
             .get_or_create(&model(name))
             .observe(waited.as_secs_f64());
     }
 
     /// Counts a request as waiting for `name` to load until the returned guard drops.
-    pub fn wait_for_load(&self, name: &str) -> LoadWaiter {
-        let gauge = self
-            .residency
-            .load_waiters
-            .get_or_create(&model(name))
-            .clone();
+    pub(super) fn wait_for_load(&self, name: &str) -> LoadWaiter {
+        let gauge = self.load_waiters.get_or_create(&model(name)).clone();
         gauge.inc();
         LoadWaiter(gauge)
     }
 
     /// Requests waiting now for a version of `name` to load.
-    pub fn load_waiters(&self, name: &str) -> i64 {
-        self.residency
-            .load_waiters
-            .get_or_create(&model(name))
-            .get()
+    pub(super) fn load_waiters(&self, name: &str) -> i64 {
+        self.load_waiters.get_or_create(&model(name)).get()
     }
 
     /// Starts a model's residency counters at zero.
-    pub(super) fn register_residency(&self, name: &str) {
+    pub(super) fn register_model(&self, name: &str) {
         let labels = model(name);
-        drop(self.residency.loads_on_demand.get_or_create(&labels));
-        drop(self.residency.evictions.get_or_create(&labels));
+        drop(self.loads_on_demand.get_or_create(&labels));
+        drop(self.evictions.get_or_create(&labels));
     }
 
     /// Replaces the memory gauges with `versions` (model, version, bytes): resident ones only.
-    pub fn set_model_memory(&self, versions: impl IntoIterator<Item = (String, u64, u64)>) {
-        self.residency.memory.clear();
+    pub(super) fn set_model_memory(&self, versions: impl IntoIterator<Item = (String, u64, u64)>) {
+        self.memory.clear();
         for (model, version, bytes) in versions {
-            self.residency
-                .memory
+            self.memory
                 .get_or_create(&VersionLabels {
                     model,
                     version: version.to_string(),
                 })
                 .set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
+    }
+}
+
+fn model(name: &str) -> ModelLabels {
+    ModelLabels {
+        model: name.to_owned(),
     }
 }
 

@@ -271,7 +271,7 @@ where
                 // Services below never fail (errors are answers); if one did, the transport
                 // turns it into a 500 / INTERNAL.
                 record.finish(
-                    Outcome::Failed(crate::error::ErrorKind::Internal),
+                    Outcome::Failed(crate::error_kind::ErrorKind::Internal),
                     None,
                     None,
                 );

@@ -3,7 +3,7 @@
 
 use axum::http::{header, HeaderValue, Response, StatusCode};
 
-use crate::error::ErrorKind;
+use crate::error_kind::ErrorKind;
 use crate::metrics::RefusalReason;
 use crate::request::DeadlineError;
 

@@ -34,7 +34,7 @@ use tonic::Status;
 use tower::Service;
 
 use super::observe::{request_span, MessageOrigin, ObserveFuture, Observer};
-use super::Protected;
+use super::protection::Protected;
 use crate::request::{
     client_timeout, DecodedFootprint, Protocol, RequestContext, REQUEST_ID_HEADER,
 };

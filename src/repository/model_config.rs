@@ -1,4 +1,4 @@
-//! `DIR/<model>/config.toml`: per-model settings.
+//! The one typed model configuration, spelled as `DIR/<model>/config.toml` writes it:
 //!
 //! ```toml
 //! [batching]                  # dynamic batching (off unless set here or by server flags)
@@ -36,17 +36,15 @@
 //! Top-level keys: `model_filename = "ranker.onnx"` (the file looked for in each version
 //! folder, instead of `model.onnx`, `model.pt` or `saved_model.pb`) and `platform`.
 //!
-//! A Triton `config.pbtxt` in the same folder is read too (see [`super::triton_config`]);
-//! where both set something, `config.toml` wins, section by section (`[batching]`,
-//! `[version_policy]`, `[instances]`, `[[input]]`/`[[output]]` as a whole, each top-level key).
+//! Whichever file a setting came from, it ends here: config_files.rs reads `config.toml` into
+//! this type and lays it over what triton_config.rs made of a Triton `config.pbtxt` in the same
+//! folder; neither reader imports the other, both import this leaf.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use serde::Deserialize;
 
 use super::declared::{self, DeclaredTensor, RuntimeConfig};
-use super::triton_config::{TritonConfig, TRITON_CONFIG_FILE};
 use crate::backend::Signature;
 use crate::batcher::BatchSettings;
 
@@ -183,94 +181,9 @@ fn one() -> usize {
     1
 }
 
-/// Why a model's settings file was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
-}
-
 impl ModelConfig {
-    /// Reads `model_dir/config.pbtxt` and `model_dir/config.toml` (which wins where both
-    /// set something); a model with neither gets the defaults.
-    pub fn load(model_dir: &Path) -> Result<Self, ModelConfigError> {
-        let triton = Self::load_triton(model_dir)?;
-        let own = Self::load_toml(model_dir)?;
-        let config = match triton {
-            Some(triton) => own.over(triton),
-            None => own,
-        };
-        let shown = model_dir.display().to_string();
-        config
-            .check()
-            .map_err(|message| ModelConfigError::Invalid {
-                path: shown,
-                message,
-            })?;
-        Ok(config)
-    }
-
-    fn load_triton(model_dir: &Path) -> Result<Option<TritonConfig>, ModelConfigError> {
-        let path = model_dir.join(TRITON_CONFIG_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(ModelConfigError::Read {
-                    path: path.display().to_string(),
-                    source,
-                })
-            }
-        };
-        let model = model_dir
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        TritonConfig::parse(&model, &text)
-            .map(Some)
-            .map_err(|err| ModelConfigError::Invalid {
-                path: path.display().to_string(),
-                message: err.to_string(),
-            })
-    }
-
-    /// These settings (from config.toml) over those of a `config.pbtxt`.
-    fn over(self, triton: TritonConfig) -> Self {
-        let base = triton.config;
-        let table_set = |t: &VersionPolicyTable| *t != VersionPolicyTable::default();
-        let (input, output) = if self.input.is_empty() && self.output.is_empty() {
-            (base.input, base.output)
-        } else {
-            (self.input, self.output)
-        };
-        Self {
-            batching: self.batching.or(base.batching),
-            version_policy: if table_set(&self.version_policy) {
-                self.version_policy
-            } else {
-                base.version_policy
-            },
-            version_labels: self.version_labels,
-            warmup: self.warmup,
-            runtime: self.runtime,
-            input,
-            output,
-            instances: self.instances.or(base.instances),
-            lifecycle: self.lifecycle,
-            model_filename: self.model_filename.or(base.model_filename),
-            platform: self.platform.or(base.platform),
-            ignored: triton.ignored,
-        }
-    }
-
     /// Checks what no single file can: the sections together.
-    fn check(&self) -> Result<(), String> {
+    pub(super) fn check(&self) -> Result<(), String> {
         if let Some(batching) = &self.batching {
             batching
                 .validate()
@@ -300,26 +213,6 @@ impl ModelConfig {
         Ok(())
     }
 
-    fn load_toml(model_dir: &Path) -> Result<Self, ModelConfigError> {
-        let path = model_dir.join(MODEL_CONFIG_FILE);
-        let shown = path.display().to_string();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(source) => {
-                return Err(ModelConfigError::Read {
-                    path: shown,
-                    source,
-                })
-            }
-        };
-        let invalid = |message: String| ModelConfigError::Invalid {
-            path: shown.clone(),
-            message,
-        };
-        toml::from_str(&text).map_err(|err| invalid(err.message().to_owned()))
-    }
-
     /// The signature `[[input]]` / `[[output]]` declare, if they do.
     pub fn signature(&self) -> Result<Option<Signature>, String> {
         declared::signature(&self.input, &self.output)
@@ -346,97 +239,6 @@ impl ModelConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn with_config(text: &str) -> Result<ModelConfig, String> {
-        let dir = std::env::temp_dir().join(format!(
-            "tensorport-model-config-{}-{}",
-            std::process::id(),
-            text.len()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join(MODEL_CONFIG_FILE), text).map_err(|e| e.to_string())?;
-        let result = ModelConfig::load(&dir).map_err(|e| e.to_string());
-        let _ = std::fs::remove_dir_all(&dir);
-        result
-    }
-
-    #[test]
-    fn a_model_without_settings_gets_defaults() -> Result<(), ModelConfigError> {
-        let config = ModelConfig::load(Path::new("/nonexistent-model-folder"))?;
-        assert_eq!(config, ModelConfig::default());
-        assert_eq!(config.policy(), Ok(VersionPolicy::Latest(1)));
-        Ok(())
-    }
-
-    #[test]
-    fn reads_every_section() -> Result<(), String> {
-        let config = with_config(
-            "[batching]\nmax_batch_size = 32\nmax_queue_delay_us = 500\n\
-             [version_policy]\nspecific = [1, 3]\n\
-             [version_labels]\nstable = 1\n\
-             [warmup]\nrequests = 2\nshapes = { x = [1, 4] }\n\
-             [instances]\ncount = 3\n\
-             [lifecycle]\npinned = true\nreload = \"unload-first\"\n",
-        )?;
-        assert_eq!(config.instances, Some(InstancesConfig { count: 3 }));
-        assert_eq!(
-            config.lifecycle,
-            LifecycleConfig {
-                pinned: true,
-                reload: ReloadMode::UnloadFirst
-            }
-        );
-        assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(32));
-        assert_eq!(config.policy(), Ok(VersionPolicy::Specific(vec![1, 3])));
-        assert_eq!(config.version_labels.get("stable"), Some(&1));
-        let warmup = config.warmup.ok_or("warmup section")?;
-        assert_eq!((warmup.requests, warmup.batch_size), (2, 1));
-        assert_eq!(warmup.shapes.get("x"), Some(&vec![1, 4]));
-        Ok(())
-    }
-
-    #[test]
-    fn refuses_what_it_cannot_mean() {
-        for (text, needle) in [
-            ("[batchign]\nmax_batch_size = 32\n", "batchign"),
-            ("[version_policy]\nlatest = 1\nall = true\n", "one of"),
-            ("[version_policy]\nlatest = 0\n", "at least 1"),
-            ("[version_labels]\nstable = 0\n", "positive"),
-            ("[instances]\ncount = -1\n", "expected usize"),
-            ("[instances]\nkind = \"gpu\"\n", "kind"),
-            ("[instances]\ncount = 1000\n", "at most 64"),
-            ("[lifecycle]\nreload = \"swap\"\n", "unload-first"),
-            ("[lifecycle]\npinned = \"yes\"\n", "bool"),
-        ] {
-            let err = with_config(text).err().unwrap_or_default();
-            assert!(err.contains(needle), "{text:?}: {err}");
-        }
-    }
-
-    #[test]
-    fn config_toml_wins_over_config_pbtxt_section_by_section() -> Result<(), String> {
-        let dir = std::env::temp_dir().join(format!("tensorport-both-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        std::fs::write(
-            dir.join(TRITON_CONFIG_FILE),
-            "max_batch_size: 8\ndynamic_batching { }\nversion_policy { all { } }\n\
-             default_model_filename: \"m.onnx\"\ninstance_group [ { count: 3 } ]\n",
-        )
-        .map_err(|e| e.to_string())?;
-        std::fs::write(
-            dir.join(MODEL_CONFIG_FILE),
-            "[batching]\nmax_batch_size = 2\n[instances]\ncount = 1\n",
-        )
-        .map_err(|e| e.to_string())?;
-        let config = ModelConfig::load(&dir).map_err(|e| e.to_string());
-        let _ = std::fs::remove_dir_all(&dir);
-        let config = config?;
-        assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(2));
-        assert_eq!(config.instances.map(|i| i.count), Some(1));
-        assert_eq!(config.policy(), Ok(VersionPolicy::All));
-        assert_eq!(config.model_filename.as_deref(), Some("m.onnx"));
-        Ok(())
-    }
 
     #[test]
     fn policies_pick_versions() {

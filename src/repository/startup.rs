@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use super::{
     check_model_name, holds_one_model, read_model_config_file, served_models, ConfineError,
-    ModelConfigFileError, ModelRepository, ServedModel,
+    ModelConfigFileError, ModelRepository, RepositoryError, ServedModel,
 };
-use crate::error::Error;
 
 /// Where the models come from, as the flags name them.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +54,7 @@ pub enum StartupError {
     Listed {
         path: PathBuf,
         #[source]
-        source: Error,
+        source: RepositoryError,
     },
 }
 

@@ -6,14 +6,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
 use crate::proto::tensorflow::serving::file_system_storage_path_source_config::servable_version_policy::PolicyChoice;
 use crate::proto::tensorflow::serving::{
     model_server_config, ModelConfig as TfsModelConfig, ModelConfigList, ModelServerConfig,
 };
 use crate::textproto;
 
-use super::{check_model_name, ConfineError, ServedModel, VersionPolicy};
+use super::{check_model_name, ConfineError, RepositoryError, ServedModel, VersionPolicy};
 
 /// Platforms a list entry may name (TF Serving's own, and ONNX).
 const PLATFORMS: [&str; 3] = ["tensorflow", "onnx", "pytorch"];
@@ -72,16 +71,13 @@ pub fn read_model_config_file(path: &Path) -> Result<ModelConfigList, ModelConfi
 pub fn served_models(
     list: ModelConfigList,
     confined_path: impl Fn(&str, &str) -> Result<PathBuf, ConfineError>,
-) -> Result<Vec<ServedModel>, Error> {
+) -> Result<Vec<ServedModel>, RepositoryError> {
     let mut seen = HashSet::new();
     list.config
         .into_iter()
         .map(|model| {
             if !seen.insert(model.name.clone()) {
-                return Err(Error::invalid(format!(
-                    "model '{}' is listed more than once",
-                    model.name
-                )));
+                return Err(RepositoryError::ListedTwice(model.name));
             }
             served_model(model, &confined_path)
         })
@@ -92,16 +88,15 @@ pub fn served_models(
 fn served_model(
     model: TfsModelConfig,
     confined_path: impl Fn(&str, &str) -> Result<PathBuf, ConfineError>,
-) -> Result<ServedModel, Error> {
+) -> Result<ServedModel, RepositoryError> {
     // First, since later messages repeat the name.
     check_model_name(&model.name)?;
     if !model.model_platform.is_empty() && !PLATFORMS.contains(&model.model_platform.as_str()) {
-        return Err(Error::invalid(format!(
-            "model '{}': model_platform '{}' is not served here (use one of {})",
-            model.name,
-            model.model_platform,
-            PLATFORMS.join(", ")
-        )));
+        return Err(RepositoryError::UnknownPlatform {
+            model: model.name,
+            platform: model.model_platform,
+            served: &PLATFORMS,
+        });
     }
     let policy = match model.model_version_policy.and_then(|p| p.policy_choice) {
         None => None,
@@ -115,9 +110,7 @@ fn served_model(
                 .iter()
                 .map(|&v| u64::try_from(v).ok().filter(|&v| v > 0))
                 .collect::<Option<Vec<u64>>>()
-                .ok_or_else(|| {
-                    Error::invalid(format!("model '{}': versions must be positive", model.name))
-                })?;
+                .ok_or_else(|| RepositoryError::VersionsNotPositive(model.name.clone()))?;
             Some(VersionPolicy::Specific(versions))
         }
     };
@@ -129,12 +122,7 @@ fn served_model(
             .into_iter()
             .map(|(label, v)| u64::try_from(v).ok().filter(|&v| v > 0).map(|v| (label, v)))
             .collect::<Option<_>>()
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "model '{}': labels must name positive versions",
-                    model.name
-                ))
-            })?;
+            .ok_or_else(|| RepositoryError::LabelsNotPositive(model.name.clone()))?;
         Some(labels)
     };
     let path = confined_path(&model.name, &model.base_path)?;

@@ -30,7 +30,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use super::ShmError;
+use super::error::ShmError;
 
 /// Regions that can be mapped at once, counting unregistered ones still used by requests.
 pub const MAX_GUARDED: usize = 4096;

@@ -4,7 +4,7 @@
 
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
-use super::ShmError;
+use super::error::ShmError;
 
 /// Descriptors registration always leaves free: at least this many ...
 const MIN_RESERVE: u64 = 256;

@@ -11,9 +11,9 @@ use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::error::ShmError;
 use super::guard::Guarded;
-use super::registry::PeerClass;
-use super::ShmError;
+use super::peer::PeerClass;
 use crate::backend::OutputMemory;
 
 /// The longest object name Linux accepts after the leading `/`.
@@ -300,5 +300,19 @@ impl AsRef<[u8]> for Window {
         // The memory is shared with the client, which by the shared-memory protocol does not
         // write an input region while its request is in flight.
         unsafe { std::slice::from_raw_parts(self.region.map.as_ptr().add(self.start), self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_stay_under_dev_shm() {
+        assert!(check_key("/ok_name").is_ok());
+        assert!(check_key("ok").is_ok());
+        for bad in ["/", "", "/a/b", "/../etc/passwd", "/..", "/a..b", "/x\0y"] {
+            assert!(check_key(bad).is_err(), "{bad:?}");
+        }
     }
 }

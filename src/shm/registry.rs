@@ -1,63 +1,13 @@
 //! The set of registered regions, shared by every protocol.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
-use super::{limits, Region, ShmError};
-
-/// The longest region name accepted (a name travels in URLs, logs and status replies).
-pub const MAX_NAME_LEN: usize = 255;
-
-/// Who may register regions. Registering makes the server map memory of this machine, which
-/// only a process on this machine can have created.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum ShmPolicy {
-    /// Shared memory is refused.
-    Off,
-    /// Only peers on a loopback address or a Unix socket may register, and every operation
-    /// (status, unregister, inference naming a region) sees only their regions.
-    #[default]
-    Local,
-    /// Any peer may register, and every peer sees every region (as Triton does).
-    Any,
-}
-
-/// Where a request came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Peer {
-    Ip(IpAddr),
-    /// A Unix socket or an in-process caller.
-    Local,
-    Unknown,
-}
-
-/// Which side of the machine's boundary a peer is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PeerClass {
-    Local,
-    Remote,
-}
-
-impl Peer {
-    /// Loopback addresses, IPv4-mapped ones (`::ffff:127.0.0.1`, as a dual-stack listener
-    /// reports an IPv4 client) included, are local; an unknown address is not.
-    pub fn class(self) -> PeerClass {
-        match self {
-            Self::Ip(ip) if ip.to_canonical().is_loopback() => PeerClass::Local,
-            Self::Local => PeerClass::Local,
-            Self::Ip(_) | Self::Unknown => PeerClass::Remote,
-        }
-    }
-
-    fn describe(self) -> String {
-        match self {
-            Self::Ip(ip) => ip.to_canonical().to_string(),
-            Self::Local => "this machine".into(),
-            Self::Unknown => "an unknown address".into(),
-        }
-    }
-}
+use super::error::ShmError;
+use super::limits;
+use super::peer::{Peer, PeerClass};
+use super::policy::{check_name, ShmLimits, ShmPolicy};
+use super::region::Region;
 
 /// What the status endpoints report for one region.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,40 +16,6 @@ pub struct RegionStatus {
     pub key: String,
     pub offset: u64,
     pub byte_size: u64,
-}
-
-/// How much registration may take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShmLimits {
-    /// Regions registered at once.
-    pub max_regions: usize,
-    /// Bytes of all registered regions together.
-    pub max_bytes: u64,
-}
-
-impl Default for ShmLimits {
-    fn default() -> Self {
-        Self {
-            max_regions: 256,
-            max_bytes: 64 << 30,
-        }
-    }
-}
-
-/// Refuses region names that are empty, too long, or carry NUL, `/` or control characters.
-pub fn check_name(name: &str) -> Result<(), ShmError> {
-    let reason = if name.is_empty() {
-        "it is empty"
-    } else if name.len() > MAX_NAME_LEN {
-        "it is longer than 255 bytes"
-    } else if name.contains('/') {
-        "it contains '/'"
-    } else if name.chars().any(char::is_control) {
-        "it contains NUL or another control character"
-    } else {
-        return Ok(());
-    };
-    Err(ShmError::InvalidName(reason))
 }
 
 /// Registered regions by name.
@@ -265,6 +181,8 @@ impl ShmRegistry {
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
 
     /// A shared-memory object under /dev/shm, removed on drop.
@@ -287,15 +205,6 @@ mod tests {
     impl Drop for Object {
         fn drop(&mut self) {
             let _ = rustix::shm::unlink(self.0.as_str());
-        }
-    }
-
-    #[test]
-    fn keys_stay_under_dev_shm() {
-        assert!(super::super::check_key("/ok_name").is_ok());
-        assert!(super::super::check_key("ok").is_ok());
-        for bad in ["/", "", "/a/b", "/../etc/passwd", "/..", "/a..b", "/x\0y"] {
-            assert!(super::super::check_key(bad).is_err(), "{bad:?}");
         }
     }
 
@@ -416,40 +325,13 @@ mod tests {
     }
 
     #[test]
-    fn names_are_bounded_and_plain() {
-        assert!(check_name("input0_data").is_ok());
-        assert!(check_name(&"n".repeat(MAX_NAME_LEN)).is_ok());
-        for bad in [
-            String::new(),
-            "n".repeat(MAX_NAME_LEN + 1),
-            "a\0b".to_owned(),
-            "a/b".to_owned(),
-            "line\nbreak".to_owned(),
-        ] {
-            assert!(
-                matches!(check_name(&bad), Err(ShmError::InvalidName(_))),
-                "{bad:?}"
-            );
-        }
+    fn registration_checks_the_name() {
         let object = Object::new("names", 8);
         let registry = ShmRegistry::new(ShmPolicy::Local);
         assert!(matches!(
             registry.register("", &object.0, 0, 8, Peer::Local),
             Err(ShmError::InvalidName(_))
         ));
-    }
-
-    #[test]
-    fn mapped_loopback_is_local() {
-        let mapped: IpAddr = "::ffff:127.0.0.1".parse().expect("address");
-        assert_eq!(Peer::Ip(mapped).class(), PeerClass::Local);
-        assert_eq!(
-            Peer::Ip("::1".parse().expect("address")).class(),
-            PeerClass::Local
-        );
-        let remote: IpAddr = "::ffff:192.0.2.7".parse().expect("address");
-        assert_eq!(Peer::Ip(remote).class(), PeerClass::Remote);
-        assert_eq!(Peer::Unknown.class(), PeerClass::Remote);
     }
 
     #[test]

@@ -9,9 +9,10 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use super::connection::{self, Accepted, App};
+use super::drain::stopped;
+use super::endpoint::Endpoint;
 use super::stream::StreamExecutor;
 use super::wire::Wire;
-use super::Endpoint;
 
 /// The pause after a failed accept, doubling while accepts keep failing.
 ///
@@ -78,7 +79,7 @@ pub async fn run<W: Wire, S: App<W>>(
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = super::stopped(&mut stop) => break,
+            () = stopped(&mut stop) => break,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => {
@@ -95,7 +96,7 @@ pub async fn run<W: Wire, S: App<W>>(
                 );
                 tokio::select! {
                     () = tokio::time::sleep(pause) => continue,
-                    () = super::stopped(&mut stop) => break,
+                    () = stopped(&mut stop) => break,
                 }
             }
         };
@@ -108,7 +109,7 @@ pub async fn run<W: Wire, S: App<W>>(
                 Ok(permit) => permit,
                 Err(_) => break,
             },
-            () = super::stopped(&mut stop) => break,
+            () = stopped(&mut stop) => break,
         };
         // Small requests and answers go out at once rather than waiting for more to send.
         let _ = stream.set_nodelay(true);

@@ -24,12 +24,13 @@ use crate::request::DecodedFootprint;
 
 use super::activity::{Activity, Expired, Limits};
 use super::body::{ReceiveBudget, Received};
-use super::drain::IDLE_GRACE;
+use super::drain::{stopped, IDLE_GRACE};
+use super::endpoint::Endpoint;
 use super::send::{Delivery, Sending};
+use super::settings::TransportSettings;
 use super::stream::{self, StreamExecutor};
 use super::watched::Watched;
 use super::wire::Wire;
-use super::{Endpoint, TransportSettings};
 
 /// HTTP/2 flow-control windows: per stream, and per connection (several requests in flight
 /// on one connection). The default 64 KiB makes a client wait for a window update every
@@ -178,7 +179,7 @@ async fn drive<W, S, IO>(
     let result = loop {
         tokio::select! {
             result = connection.as_mut() => break result,
-            () = super::stopped(&mut stop), if phase == Phase::Serving => {
+            () = stopped(&mut stop), if phase == Phase::Serving => {
                 activity.start_draining();
                 if activity.speaks_http2() {
                     // GOAWAY; the streams the client sent before it heard are served.

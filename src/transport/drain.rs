@@ -25,7 +25,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 /// How long an idle HTTP/1.1 connection stays open once the drain has begun: far longer
 /// than a request sent just before the signal takes to arrive, short enough not to hold up
@@ -75,6 +75,12 @@ impl Traffic {
             notified.await;
         }
     }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone, which also means stop): where
+/// the accept loop stops accepting and each connection begins its drain.
+pub(super) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 #[cfg(test)]

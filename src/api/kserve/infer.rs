@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
+use super::codec;
 use super::raw_input::raw_input;
-use super::{codec, InferRequest, InferResponse, InputData, InputRequest, OutputResult, ShmRef};
+use super::request::{InferRequest, InferResponse, InputData, InputRequest, OutputResult, ShmRef};
 use crate::backend::OutputTarget;
 use crate::error::Error;
 use crate::infer::{Decoded, InferService, ModelTarget};

@@ -17,6 +17,16 @@ use crate::repository::{LoadedModel, VersionState};
 use crate::request::RequestContext;
 use crate::tensor::DataType;
 
+/// Extensions this server implements, as `GET /v2` and `ServerMetadata` report them.
+pub const EXTENSIONS: &[&str] = &[
+    "model_repository",
+    "model_configuration",
+    "system_shared_memory",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+];
+
 /// The largest batch reported to Triton clients for a model with a batch dimension whose
 /// dynamic batching is off. Such a model runs each request alone, whatever its size, so no
 /// batching setting bounds it; the figure only lets clients such as `perf_analyzer` send
@@ -70,7 +80,7 @@ fn tensor_metadata(specs: &[TensorSpec]) -> Vec<TensorMetadata> {
 }
 
 fn default_signature(model: &LoadedModel) -> Result<&Signature, Error> {
-    model.signature("").map(|(_, sig)| sig)
+    Ok(model.signature("").map(|(_, sig)| sig)?)
 }
 
 /// `GET /v2/models/{name}[/versions/{v}]` and `ModelMetadata`.

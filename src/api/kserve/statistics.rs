@@ -1,15 +1,11 @@
-//! Triton's statistics extension: `ModelStatistics` over gRPC and
-//! `GET /v2/models[/{name}[/versions/{version}]]/stats` over HTTP, the same figures in both.
+//! Triton's statistics extension: the figures `ModelStatistics` answers over gRPC, which
+//! `GET /v2/models[/{name}[/versions/{version}]]/stats` writes as JSON (`http/statistics.rs`),
+//! the same figures in both.
 
-use axum::extract::{Path, State};
-use serde_json::{json, Value};
-
-use super::http::{Reply, Shared};
-use crate::api::rest_util::json_response;
 use crate::error::Error;
 use crate::infer::InferService;
 use crate::proto::inference as pb;
-use crate::repository::{VersionSelector, VersionState};
+use crate::repository::{RepositoryError, VersionSelector, VersionState};
 
 /// Statistics of one model (`name`, optionally one version) or of every model.
 pub fn statistics(
@@ -95,68 +91,11 @@ pub fn statistics(
     if let (Some(name), VersionSelector::Specific(version), true) =
         (name, selector, model_stats.is_empty())
     {
-        return Err(Error::VersionNotFound {
+        return Err(RepositoryError::VersionNotFound {
             model: name.to_owned(),
             version,
-        });
+        }
+        .into());
     }
     Ok(pb::ModelStatisticsResponse { model_stats })
-}
-
-pub(super) fn stats_json(
-    s: &InferService,
-    name: Option<&str>,
-    version: &str,
-) -> Result<Value, Error> {
-    let stats = statistics(s, name, version)?;
-    let duration = |d: &Option<crate::proto::inference::StatisticDuration>| {
-        let d = d.unwrap_or_default();
-        json!({ "count": d.count, "ns": d.ns })
-    };
-    let models: Vec<Value> = stats
-        .model_stats
-        .iter()
-        .map(|m| {
-            let i = m.inference_stats.unwrap_or_default();
-            json!({
-                "name": m.name,
-                "version": m.version,
-                "last_inference": m.last_inference,
-                "inference_count": m.inference_count,
-                "execution_count": m.execution_count,
-                "inference_stats": {
-                    "success": duration(&i.success),
-                    "fail": duration(&i.fail),
-                    "queue": duration(&i.queue),
-                    "compute_input": duration(&i.compute_input),
-                    "compute_infer": duration(&i.compute_infer),
-                    "compute_output": duration(&i.compute_output),
-                    "cache_hit": duration(&i.cache_hit),
-                    "cache_miss": duration(&i.cache_miss),
-                },
-                "batch_stats": m.batch_stats.iter().map(|b| json!({
-                    "batch_size": b.batch_size,
-                    "compute_input": duration(&b.compute_input),
-                    "compute_infer": duration(&b.compute_infer),
-                    "compute_output": duration(&b.compute_output),
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    Ok(json!({ "model_stats": models }))
-}
-
-pub(super) async fn all_stats(State(s): Shared) -> Reply {
-    Ok(json_response(&stats_json(&s, None, "")?))
-}
-
-pub(super) async fn stats(State(s): Shared, Path(name): Path<String>) -> Reply {
-    Ok(json_response(&stats_json(&s, Some(&name), "")?))
-}
-
-pub(super) async fn stats_version(
-    State(s): Shared,
-    Path((name, version)): Path<(String, String)>,
-) -> Reply {
-    Ok(json_response(&stats_json(&s, Some(&name), &version)?))
 }

@@ -5,7 +5,9 @@
 //! `n` examples and `k` classes. With only `scores`, labels are empty; with only `classes`,
 //! scores are 0, as in TF Serving.
 
-use crate::api::tfserving::examples::{self, float_rows, Examples};
+use super::error::TaskError;
+use super::examples::{self, float_rows, Examples};
+use super::methods::CLASSIFY_METHOD;
 use crate::backend::Signature;
 use crate::error::Error;
 use crate::infer::{InferService, ModelTarget, PredictionResult};
@@ -13,8 +15,6 @@ use crate::proto::tensorflow::serving::{Class, ClassificationResult, Classificat
 use crate::request::RequestContext;
 use crate::tensor::{DataType, Tensor};
 
-/// TF Serving's method name for classification signatures.
-pub const CLASSIFY_METHOD: &str = "tensorflow/serving/classify";
 const CLASSES: &str = "classes";
 const SCORES: &str = "scores";
 
@@ -38,11 +38,11 @@ fn outputs(sig: &Signature) -> Result<Vec<String>, Error> {
         .map(str::to_owned)
         .collect();
     if present.is_empty() {
-        return Err(Error::invalid(format!(
-            "signature '{}' cannot classify: it has no output named \"classes\" or \"scores\" (its outputs are: {})",
-            sig.name,
-            sig.output_names()
-        )));
+        return Err(TaskError::CannotClassify {
+            signature: sig.name.clone(),
+            outputs: sig.output_names(),
+        }
+        .into());
     }
     Ok(present)
 }
@@ -63,9 +63,11 @@ fn classifications(result: &PredictionResult, rows: usize) -> Result<Classificat
         .transpose()?;
     let per_row = match (&scores, &labels) {
         (Some((a, _)), Some((b, _))) if a != b => {
-            return Err(Error::invalid(format!(
-                "outputs \"scores\" ({a} per example) and \"classes\" ({b} per example) disagree on the number of classes"
-            )))
+            return Err(TaskError::ClassCountsDisagree {
+                scores: *a,
+                classes: *b,
+            }
+            .into())
         }
         (Some((k, _)), _) | (None, Some((k, _))) => *k,
         (None, None) => 0,
@@ -98,9 +100,11 @@ fn label_rows(tensor: &Tensor, rows: usize) -> Result<(usize, Vec<String>), Erro
         [n] if *n == rows => 1,
         [n, k] if *n == rows => *k,
         shape => {
-            return Err(Error::invalid(format!(
-                "output \"classes\" has shape {shape:?}; for {rows} examples it must be [{rows}] or [{rows}, k]"
-            )))
+            return Err(TaskError::LabelShape {
+                shape: shape.to_vec(),
+                rows,
+            }
+            .into())
         }
     };
     let labels = match tensor.dtype() {
@@ -112,11 +116,7 @@ fn label_rows(tensor: &Tensor, rows: usize) -> Result<(usize, Vec<String>), Erro
             .collect(),
         DataType::I64 => tensor.view::<i64>()?.iter().map(i64::to_string).collect(),
         DataType::I32 => tensor.view::<i32>()?.iter().map(i32::to_string).collect(),
-        dtype => {
-            return Err(Error::invalid(format!(
-                "output \"classes\" has dtype {dtype}; labels must be strings or integers"
-            )))
-        }
+        dtype => return Err(TaskError::LabelDtype(dtype).into()),
     };
     Ok((per_row, labels))
 }

@@ -4,15 +4,14 @@
 //! one named `scores` (TensorFlow's regression signatures call it `outputs`); float32 or
 //! float64, shaped `[n]` or `[n, 1]` for `n` examples.
 
-use crate::api::tfserving::examples::{self, float_rows, Examples};
+use super::error::TaskError;
+use super::examples::{self, float_rows, Examples};
+use super::methods::REGRESS_METHOD;
 use crate::backend::Signature;
 use crate::error::Error;
 use crate::infer::{InferService, ModelTarget, PredictionResult};
 use crate::proto::tensorflow::serving::{Regression, RegressionResult};
 use crate::request::RequestContext;
-
-/// TF Serving's method name for regression signatures.
-pub const REGRESS_METHOD: &str = "tensorflow/serving/regress";
 
 /// Runs a Regress and reads the answer back as TF Serving's result.
 pub async fn run(
@@ -39,24 +38,26 @@ fn output(sig: &Signature) -> Result<String, Error> {
         .find(|name| sig.output(name).is_some())
         .map(str::to_owned)
         .ok_or_else(|| {
-            Error::invalid(format!(
-                "signature '{}' cannot regress: it has {} outputs and none is named \"outputs\" or \"scores\" (its outputs are: {})",
-                sig.name,
-                sig.outputs.len(),
-                sig.output_names()
-            ))
+            TaskError::CannotRegress {
+                signature: sig.name.clone(),
+                count: sig.outputs.len(),
+                outputs: sig.output_names(),
+            }
+            .into()
         })
 }
 
 fn regressions(result: &PredictionResult, rows: usize) -> Result<RegressionResult, Error> {
     let Some((name, tensor)) = result.outputs.first() else {
-        return Err(Error::invalid("the model returned no output to regress on"));
+        return Err(TaskError::NoRegressionOutput.into());
     };
     let (per_row, values) = float_rows(name, tensor, rows)?;
     if per_row != 1 {
-        return Err(Error::invalid(format!(
-            "output '{name}' holds {per_row} values per example; a regression needs exactly one"
-        )));
+        return Err(TaskError::NotOneValue {
+            output: name.clone(),
+            per_row,
+        }
+        .into());
     }
     Ok(RegressionResult {
         regressions: values

@@ -139,7 +139,7 @@ pub fn decode_element(text: &str) -> Result<Bytes, BackendError> {
         .decode(text)
         .or_else(|_| URL_SAFE.decode(text))
         .map(Bytes::from)
-        .map_err(|err| BackendError::Runtime(format!("a string output came back garbled: {err}")))
+        .map_err(|err| BackendError::runtime(format!("a string output came back garbled: {err}")))
 }
 
 fn status_text(status: Status) -> String {

@@ -39,10 +39,7 @@ pub struct TfModel {
 impl TfModel {
     /// Loads the SavedModel in `dir` with `threads` (0: TensorFlow's choice). Blocks.
     pub fn load(dir: &Path, threads: RuntimeThreads) -> Result<Self, BackendError> {
-        let load_error = |message: String| BackendError::Load {
-            path: dir.display().to_string(),
-            message,
-        };
+        let load_error = |message: String| BackendError::load(dir, message);
         let mut options = SessionOptions::new();
         options
             .set_config(&session_config::thread_config(
@@ -106,20 +103,19 @@ impl Backend for TfModel {
             .position(|sig| sig.name == signature.name)
             .and_then(|i| self.bindings.get(i))
             .ok_or_else(|| {
-                BackendError::Runtime(format!("no signature '{}' in this model", signature.name))
+                BackendError::runtime(format!("no signature '{}' in this model", signature.name))
             })?;
         let feeds = inputs
             .iter()
             .map(|(name, tensor)| {
-                let endpoint = binding
-                    .inputs
-                    .get(name)
-                    .ok_or_else(|| BackendError::InvalidInput(format!("unknown input '{name}'")))?;
+                let endpoint = binding.inputs.get(name).ok_or_else(|| {
+                    BackendError::invalid_input(format!("unknown input '{name}'"))
+                })?;
                 let binary = |dims: &[u64], elements: &[bytes::Bytes]| {
                     self.decoder.decode(&self.session, dims, elements)
                 };
                 let feed = Feed::new(tensor, &binary)
-                    .map_err(|err| BackendError::InvalidInput(format!("input '{name}': {err}")))?;
+                    .map_err(|err| BackendError::invalid_input(format!("input '{name}': {err}")))?;
                 Ok((feed, endpoint))
             })
             .collect::<Result<Vec<_>, BackendError>>()?;
@@ -138,7 +134,7 @@ impl Backend for TfModel {
                         args.request_fetch(&endpoint.operation, endpoint.index),
                         spec.dtype,
                     )),
-                    _ => Err(BackendError::InvalidInput(format!(
+                    _ => Err(BackendError::invalid_input(format!(
                         "unknown output '{name}'"
                     ))),
                 }
@@ -159,7 +155,7 @@ impl Backend for TfModel {
 /// range) is the client's input; anything else is the server's.
 fn run_error(status: Status) -> BackendError {
     match status.code() {
-        Code::InvalidArgument | Code::OutOfRange => BackendError::InvalidInput(status.to_string()),
-        _ => BackendError::Runtime(status.to_string()),
+        Code::InvalidArgument | Code::OutOfRange => BackendError::invalid_input(status.to_string()),
+        _ => BackendError::runtime(status.to_string()),
     }
 }

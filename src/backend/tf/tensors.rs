@@ -150,7 +150,7 @@ pub fn fetch(
         DataType::F32 => dense_output::<f32>(args, token, dtype),
         DataType::F64 => dense_output::<f64>(args, token, dtype),
         DataType::String => string_output(args, token),
-        DataType::BF16 => Err(BackendError::Runtime(
+        DataType::BF16 => Err(BackendError::runtime(
             "bfloat16 outputs are not supported".into(),
         )),
     }
@@ -162,10 +162,10 @@ fn fetched<T: TensorType>(
 ) -> Result<(TfTensor<T>, Vec<usize>, usize), BackendError> {
     let tensor = args
         .fetch::<T>(token)
-        .map_err(|status| BackendError::Runtime(status.to_string()))?;
+        .map_err(|status| BackendError::runtime(status.to_string()))?;
     let shape: Vec<usize> = tensor.dims().iter().map(|&d| d as usize).collect();
     let count = crate::tensor::element_count(&shape)
-        .map_err(|err| BackendError::Runtime(err.to_string()))?;
+        .map_err(|err| BackendError::runtime(err.to_string()))?;
     Ok((tensor, shape, count))
 }
 
@@ -185,7 +185,7 @@ where
     } else {
         Bytes::from_owner(Output(tensor))
     };
-    Tensor::dense(dtype, shape, bytes).map_err(|err| BackendError::Runtime(err.to_string()))
+    Tensor::dense(dtype, shape, bytes).map_err(|err| BackendError::runtime(err.to_string()))
 }
 
 /// A string output, fetched base64-encoded (always ASCII, so the crate can read it).
@@ -199,7 +199,7 @@ fn string_output(args: &mut SessionRunArgs<'_>, token: FetchToken) -> Result<Ten
             .map(|text| byte_strings::decode_element(text))
             .collect::<Result<Vec<_>, _>>()?
     };
-    Tensor::strings(shape, strings).map_err(|err| BackendError::Runtime(err.to_string()))
+    Tensor::strings(shape, strings).map_err(|err| BackendError::runtime(err.to_string()))
 }
 
 /// A TensorFlow output tensor as the owner of its bytes.

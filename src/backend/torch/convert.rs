@@ -56,7 +56,7 @@ pub fn to_torch(tensor: &Tensor) -> Result<tch::Tensor, String> {
 /// declared dtype and shape.
 pub fn from_torch(value: &tch::Tensor, spec: &TensorSpec) -> Result<Tensor, BackendError> {
     let fail =
-        |message: String| BackendError::Runtime(format!("output '{}': {message}", spec.name));
+        |message: String| BackendError::runtime(format!("output '{}': {message}", spec.name));
     if !value.defined() {
         return Err(fail("forward() returned an undefined tensor".into()));
     }
@@ -99,7 +99,7 @@ pub fn named_outputs(
 ) -> Result<Vec<(String, tch::Tensor)>, BackendError> {
     let positional = |values: Vec<IValue>| {
         if values.len() != declared.len() {
-            return Err(BackendError::Runtime(format!(
+            return Err(BackendError::runtime(format!(
                 "forward() returned {} values, config.toml declares {} outputs",
                 values.len(),
                 declared.len()
@@ -121,7 +121,7 @@ pub fn named_outputs(
             .into_iter()
             .map(|(key, value)| {
                 let IValue::String(name) = key else {
-                    return Err(BackendError::Runtime(
+                    return Err(BackendError::runtime(
                         "forward() returned a dict whose keys are not strings".into(),
                     ));
                 };
@@ -129,7 +129,7 @@ pub fn named_outputs(
                 Ok((name, tensor))
             })
             .collect(),
-        other => Err(BackendError::Runtime(format!(
+        other => Err(BackendError::runtime(format!(
             "forward() returned {}; a tensor, a tuple or list of tensors, or a dict of str to \
              tensor was expected",
             describe(&other)
@@ -140,7 +140,7 @@ pub fn named_outputs(
 fn tensor_value(value: IValue, name: &str) -> Result<tch::Tensor, BackendError> {
     match value {
         IValue::Tensor(tensor) => Ok(tensor),
-        other => Err(BackendError::Runtime(format!(
+        other => Err(BackendError::runtime(format!(
             "output '{name}': forward() returned {}, not a tensor",
             describe(&other)
         ))),

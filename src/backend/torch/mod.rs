@@ -53,10 +53,7 @@ impl TorchModel {
         signature: Signature,
         threads: RuntimeThreads,
     ) -> Result<Self, BackendError> {
-        let load_error = |message: String| BackendError::Load {
-            path: path.display().to_string(),
-            message,
-        };
+        let load_error = |message: String| BackendError::load(path, message);
         for spec in signature.inputs.iter().chain(&signature.outputs) {
             convert::kind(spec.dtype)
                 .map_err(|err| load_error(format!("'{}': {err}", spec.name)))?;
@@ -111,12 +108,12 @@ impl Backend for TorchModel {
                     .iter()
                     .find(|(name, _)| *name == spec.name)
                     .ok_or_else(|| {
-                        BackendError::InvalidInput(format!("missing input '{}'", spec.name))
+                        BackendError::invalid_input(format!("missing input '{}'", spec.name))
                     })?;
                 convert::to_torch(tensor)
                     .map(IValue::Tensor)
                     .map_err(|err| {
-                        BackendError::InvalidInput(format!("input '{}': {err}", spec.name))
+                        BackendError::invalid_input(format!("input '{}': {err}", spec.name))
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -128,7 +125,7 @@ impl Backend for TorchModel {
             }
         }
         let returned = tch::no_grad(|| self.module.forward_is(&args))
-            .map_err(|err| BackendError::Runtime(format!("forward() failed: {err}")))?;
+            .map_err(|err| BackendError::runtime(format!("forward() failed: {err}")))?;
         let mut named = convert::named_outputs(returned, &signature.outputs)?;
         outputs
             .iter()
@@ -137,12 +134,12 @@ impl Backend for TorchModel {
                     .iter()
                     .position(|(declared, _)| declared == name)
                     .ok_or_else(|| {
-                        BackendError::Runtime(format!("forward() returned no output '{name}'"))
+                        BackendError::runtime(format!("forward() returned no output '{name}'"))
                     })?;
                 let (name, tensor) = named.swap_remove(index);
                 let spec = signature
                     .output(&name)
-                    .ok_or_else(|| BackendError::Runtime(format!("undeclared output '{name}'")))?;
+                    .ok_or_else(|| BackendError::runtime(format!("undeclared output '{name}'")))?;
                 let tensor = convert::from_torch(&tensor, spec)?;
                 Ok((name, tensor))
             })
@@ -157,7 +154,7 @@ fn positive_i32(threads: usize) -> Result<Option<i32>, BackendError> {
     }
     i32::try_from(threads)
         .map(Some)
-        .map_err(|_| BackendError::Runtime(format!("{threads} threads is too many")))
+        .map_err(|_| BackendError::runtime(format!("{threads} threads is too many")))
 }
 
 #[cfg(test)]

@@ -1,0 +1,14 @@
+//! `inference.GRPCInferenceService`, the KServe v2 / Triton gRPC API.
+//!
+//! The tonic service (`service.rs`) is the dispatcher; beneath it `ModelInfer`
+//! (`model_infer.rs`) and `ModelStreamInfer` (`stream.rs`, which runs each message through
+//! `ModelInfer` and admits it by its footprint, `message_footprint.rs`), and beneath those the
+//! protobuf parameters (`params.rs`). Nothing here imports the service back.
+
+mod message_footprint;
+mod model_infer;
+mod params;
+mod service;
+mod stream;
+
+pub use service::KserveGrpc;

@@ -1,0 +1,64 @@
+//! Why a batcher answers without outputs: a leaf every other batcher file may import, so that
+//! none of them reaches back into the module root for its errors.
+
+use crate::backend::BackendError;
+use crate::error_kind::ErrorKind;
+use crate::tensor::DecodeError;
+
+/// Why a batcher answered a request without outputs. The batcher sits below the request-path
+/// error type, which takes these over unchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum BatcherError {
+    /// The version's queue is at its limit; the client should retry later.
+    #[error("the queue of model '{model}' is full; retry later")]
+    QueueFull { model: String },
+    /// The request's deadline passed while it waited for its turn.
+    #[error("the deadline passed before model '{model}' could run the request")]
+    DeadlineExceeded { model: String },
+    /// The batcher has stopped (the version is being unloaded).
+    #[error("model '{model}' is no longer accepting requests")]
+    Stopped { model: String },
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+impl BatcherError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::QueueFull { .. } => ErrorKind::ResourceExhausted,
+            Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
+            Self::Stopped { .. } => ErrorKind::Unavailable,
+            Self::Batch(_) => ErrorKind::Internal,
+            Self::Backend(err) => err.kind(),
+        }
+    }
+}
+
+/// Failures of merging, splitting or running a batch. All are server-side (INTERNAL): the
+/// client sent nothing wrong, the model or its batching settings do not fit together.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BatchError {
+    #[error(
+        "output '{output}' has shape {shape:?} for a batch of {rows} rows; the model does not \
+         keep dimension 0 as the batch dimension, so batching must be turned off for it"
+    )]
+    OutputNotBatched {
+        output: String,
+        shape: Vec<usize>,
+        rows: usize,
+    },
+    #[error("the requests merged into one batch disagree on input '{input}'")]
+    Incompatible { input: String },
+    #[error("cannot build the merged tensor: {0}")]
+    Tensor(#[from] DecodeError),
+    #[error("the model has no signature number {0}")]
+    UnknownSignature(usize),
+    #[error("the backend panicked: {0}")]
+    BackendPanicked(String),
+    #[error("the batch was cancelled before it finished")]
+    Cancelled,
+    #[error("the batcher dropped the request without answering")]
+    NoAnswer,
+}

@@ -1,0 +1,40 @@
+//! Command-line configuration. Every `serve` flag can also come from the environment
+//! (`TENSORPORT_<FLAG>`) or from a TOML file given with `--config`; a flag beats the
+//! environment, which beats the file, which beats the default.
+//!
+//! - `cli`: `Cli` and its one subcommand; parsing, the `--config` merge and the model-source
+//!   check; the hint for peers' command lines that leave out `serve`.
+//! - `serve_args`: `ServeArgs`, one flattened group per `--help` heading, and the typed
+//!   settings built from it (`ServerOptions`, `ShmLimits`, `BatchSettings`).
+//! - `network`, `models`, `batching`, `overload`, `security`, `shared_memory`,
+//!   `observability`, `compatibility`: the flags of each heading, in `--help`'s order.
+//! - `aliases`: the table of TF Serving's and Triton's spellings each flag also answers to.
+//! - `file`: the `--config` file read as extra arguments.
+//! - `error`: `ConfigError`, the one error of this layer.
+
+mod aliases;
+mod batching;
+mod cli;
+mod compatibility;
+mod error;
+mod file;
+mod models;
+mod network;
+mod observability;
+mod overload;
+mod security;
+mod serve_args;
+mod shared_memory;
+
+pub use aliases::{spellings_of, Peer, PeerSpelling, PEER_SPELLINGS};
+pub use batching::BatchingArgs;
+pub use cli::{missing_serve_hint, Cli, Command};
+pub use compatibility::CompatibilityArgs;
+pub use error::ConfigError;
+pub use models::ModelsArgs;
+pub use network::NetworkArgs;
+pub use observability::{LogFormat, ObservabilityArgs};
+pub use overload::OverloadArgs;
+pub use security::SecurityArgs;
+pub use serve_args::ServeArgs;
+pub use shared_memory::SharedMemoryArgs;

@@ -1,0 +1,69 @@
+//! The Models heading of `serve --help`: where the models are, how often to look again, and
+//! what each gets to run (runtime library, threads, instances, memory, CPU wake-up).
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::aliases::spellings_of;
+
+/// Where the models are, and the runtime threads, instances and memory they get.
+#[derive(Debug, Clone, Args)]
+pub struct ModelsArgs {
+    /// Model repository: DIR/<model>/<version>/model.onnx (or model.pt, TorchScript, or
+    /// saved_model.pb, TensorFlow). A folder holding one model (its version folders, or the
+    /// model file directly) or a model file is served as that one model. Alias:
+    /// --model-repository (Triton).
+    #[arg(long, env = "TENSORPORT_MODEL_DIR", value_name = "DIR",
+          aliases = spellings_of("model_dir"))]
+    pub model_dir: Option<PathBuf>,
+
+    /// Path to libonnxruntime.so; by default ORT_DYLIB_PATH, then the project's .venv.
+    #[arg(long, env = "TENSORPORT_ORT_LIBRARY", value_name = "FILE")]
+    pub ort_library: Option<PathBuf>,
+
+    /// Threads a runtime uses inside one operator (0: one per core); config.toml's [runtime]
+    /// overrides it per model.
+    #[arg(long, env = "TENSORPORT_INTRA_OP_THREADS", default_value_t = 1)]
+    pub intra_op_threads: usize,
+
+    /// Threads a runtime uses to run independent operators (0: runtime default); config.toml's
+    /// [runtime] overrides it per ONNX or TensorFlow model (LibTorch has one such pool per process).
+    #[arg(long, env = "TENSORPORT_INTER_OP_THREADS", default_value_t = 1)]
+    pub inter_op_threads: usize,
+
+    /// Batches of one model version that may run at once, for models whose config.toml has no
+    /// [instances] section (0: automatic, one per intra-op-threads cores, at most 4). Each ONNX
+    /// instance is a session with its own copy of the weights.
+    #[arg(long, env = "TENSORPORT_INSTANCES", default_value_t = 1,
+          value_parser = clap::value_parser!(u64).range(0..=(crate::repository::MAX_INSTANCES as u64)))]
+    pub instances: u64,
+
+    /// Hold the kernel's CPU wake-up latency cap (PM QoS, /dev/cpu_dma_latency) at this many
+    /// microseconds while serving; 0 keeps idle CPUs polling instead of sleeping. Takes the
+    /// wake-up of an idle CPU (tens of microseconds on virtual machines) out of each request
+    /// at low concurrency, at the cost of idle CPUs staying busy, machine-wide. Needs write
+    /// access to the device (root); the server does not start without it. Unset: the kernel's
+    /// default.
+    #[arg(long, env = "TENSORPORT_CPU_WAKEUP_LATENCY_US", value_name = "US")]
+    pub cpu_wakeup_latency_us: Option<u32>,
+
+    /// Memory the resident model versions may hold together, in bytes or with KiB, MiB, GiB
+    /// (unset: every model loads at start and stays). With it, a version loads on its first
+    /// request and the least recently used are evicted to make room; config.toml's
+    /// [lifecycle] pinned = true keeps a model loaded.
+    #[arg(long, env = "TENSORPORT_MODEL_MEMORY_BUDGET", value_name = "SIZE",
+          value_parser = crate::repository::parse_size)]
+    pub model_memory_budget: Option<u64>,
+
+    /// How often to look for new, changed or removed model versions, in seconds (0: only at
+    /// start and on the load / reload APIs).
+    /// Aliases: --file_system_poll_wait_seconds (TF Serving), --repository-poll-secs (Triton).
+    #[arg(
+        long,
+        env = "TENSORPORT_MODEL_POLL_SECS",
+        default_value_t = 2,
+        aliases = spellings_of("model_poll_secs")
+    )]
+    pub model_poll_secs: u64,
+}

@@ -1,0 +1,37 @@
+//! The Observability heading of `serve --help`: the metrics port, what readiness means,
+//! the access log and the log format.
+
+use clap::Args;
+
+use crate::api::health::Readiness;
+use crate::overload::AccessLogFormat;
+
+/// Metrics port, readiness, the access log and the log format.
+#[derive(Debug, Clone, Args)]
+pub struct ObservabilityArgs {
+    /// Also serve /metrics and the health probes on this port (0 picks a free one).
+    #[arg(long, env = "TENSORPORT_METRICS_PORT")]
+    pub metrics_port: Option<u16>,
+
+    /// When the server reports ready (/readyz, KServe server ready, gRPC health): any (some
+    /// model serves) or all (every model serves, as Triton's strict readiness). Never while
+    /// the models found at start-up are still loading, nor while no model serves.
+    #[arg(long, env = "TENSORPORT_READINESS", value_enum, default_value_t = Readiness::Any)]
+    pub readiness: Readiness,
+
+    /// One line per request on stdout (time, client, method, path or RPC, model, version,
+    /// status, outcome, duration, request id, bytes in and out): off, text (key=value) or json.
+    #[arg(long, env = "TENSORPORT_ACCESS_LOG", value_enum, default_value_t = AccessLogFormat::Off)]
+    pub access_log: AccessLogFormat,
+
+    /// Log lines as human-readable text or as JSON objects, one per line.
+    #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}

@@ -1,0 +1,52 @@
+//! The Security heading of `serve --help`: TLS on both ports, bearer tokens, and the
+//! folders besides --model-dir that a reload may name.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// TLS, bearer tokens, and the folders besides --model-dir a reload may name.
+#[derive(Debug, Clone, Args)]
+pub struct SecurityArgs {
+    /// TLS on the HTTP and gRPC ports: the server's certificate chain (PEM, leaf first).
+    #[arg(
+        long,
+        env = "TENSORPORT_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(
+        long,
+        env = "TENSORPORT_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+
+    /// Require client certificates issued by this CA (PEM) on the HTTP and gRPC ports (mTLS).
+    #[arg(
+        long,
+        env = "TENSORPORT_TLS_CLIENT_CA",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Bearer tokens and the API groups each may use, one `TOKEN GROUPS [NAME]` a line (see
+    /// the README's Security section); without it every API is open to anyone.
+    #[arg(long, env = "TENSORPORT_AUTH_TOKEN_FILE", value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Folders besides --model-dir that a TF Serving reload-config base_path may name
+    /// (comma-separated: DIR[,DIR]).
+    #[arg(
+        long,
+        env = "TENSORPORT_ALLOW_MODEL_PATHS",
+        value_name = "DIRS",
+        value_delimiter = ','
+    )]
+    pub allow_model_paths: Vec<PathBuf>,
+}

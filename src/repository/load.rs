@@ -1,0 +1,177 @@
+//! Loading one version: off the reactor, measured, warmed up (by its warmup file or a
+//! generated request), wrapped so that its memory is charged, given its batcher, and only then
+//! published as available.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::charge::{Charged, MemoryCharge};
+use super::lifecycle::ModelRepository;
+use super::model_config::{ModelConfig, WarmupConfig};
+use super::scan::VersionFolder;
+use super::snapshot::{LoadedModel, VersionState};
+use super::{warmup, warmup_log};
+use crate::backend::Backend;
+use crate::batcher::{Batcher, Execution, Telemetry};
+use crate::metrics::ModelEvent;
+use crate::stats::ModelStats;
+
+impl ModelRepository {
+    /// Loads and warms up one version off the reactor, then publishes it. Returns a receiver
+    /// that closes when the loaded version is finally dropped.
+    pub(super) async fn load(
+        &self,
+        model: &str,
+        folder: &VersionFolder,
+        config: &ModelConfig,
+    ) -> Result<oneshot::Receiver<()>, ()> {
+        tracing::info!(model, version = folder.version, "loading");
+        if super::is_flat(folder) {
+            tracing::info!(
+                model,
+                folder = %folder.path.display(),
+                "the model file sits directly in the model folder (the MLServer / KServe \
+                 layout): serving it as version 1"
+            );
+        }
+        self.loader.metrics.register_model(model);
+        if !config.ignored.is_empty() {
+            tracing::warn!(
+                model,
+                ignored = %config.ignored.join("; "),
+                "config.pbtxt sets fields this server does not apply"
+            );
+        }
+        self.set_state(model, folder.version, VersionState::Loading);
+        let (explicit, warmup) = match &config.warmup {
+            Some(warmup) => (true, warmup.clone()),
+            None => (
+                false,
+                WarmupConfig {
+                    requests: 1,
+                    batch_size: 1,
+                    shapes: BTreeMap::new(),
+                },
+            ),
+        };
+        let loader = self.loader.clone();
+        let task_folder = folder.clone();
+        let task_config = config.clone();
+        let name = model.to_owned();
+        let decorate = self.decorate.clone();
+        let measure = self.measure.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+          measure.measure(&task_folder.path, || {
+            let backend = loader.load(&task_folder, &task_config).map_err(|err| err.to_string())?;
+            let backend = match &decorate {
+                Some(decorate) => decorate(&name, backend),
+                None => backend,
+            };
+            // A warmup file is the model's own warmup: it replaces the generated one.
+            let replayed = match warmup_log::find(&task_folder.path) {
+                Some(file) => {
+                    let requests = warmup_log::replay(backend.as_ref(), &file)
+                        .map_err(|err| format!("warmup failed: {err}"))?;
+                    tracing::info!(model = %name, version = task_folder.version, requests, "replayed the warmup file");
+                    true
+                }
+                None => false,
+            };
+            match if replayed && !explicit {
+                Ok(())
+            } else {
+                warmup::run(backend.as_ref(), &warmup)
+            } {
+                Ok(()) => {}
+                // Only a warmup the model asked for can fail its load: generated inputs may
+                // not suit every model.
+                Err(err) if explicit => return Err(err),
+                Err(err) => tracing::warn!(model = %name, version = task_folder.version, error = %err, "default warmup failed; serving anyway"),
+            }
+            Ok(backend)
+          })
+        })
+        .await
+        .map_err(|err| format!("loading failed: {err}"))
+        .and_then(|result| result);
+        match loaded {
+            Ok((backend, memory_bytes)) => {
+                let (alive_tx, alive_rx) = oneshot::channel();
+                let memory = Arc::new(MemoryCharge::new(memory_bytes, backend.held_bytes()));
+                let backend: Arc<dyn Backend> = Arc::new(Charged::new(
+                    backend,
+                    memory.clone(),
+                    self.residency.growth_sender(self.budget),
+                    alive_tx,
+                ));
+                let batching = config
+                    .batching
+                    .clone()
+                    .unwrap_or_else(|| self.loader.default_batching.clone());
+                let stats = Arc::new(ModelStats::default());
+                let telemetry = Telemetry {
+                    stats: stats.clone(),
+                    metrics: self.loader.metrics.clone(),
+                    version: folder.version,
+                };
+                let execution = Execution {
+                    instances: self.loader.instances(config),
+                    inline_max: self.loader.inline_run_max,
+                };
+                let batcher =
+                    Batcher::spawn_with(model, backend.clone(), &batching, execution, telemetry);
+                let loaded = LoadedModel {
+                    name: Arc::from(model),
+                    version: folder.version,
+                    backend,
+                    batcher,
+                    stats,
+                    memory,
+                    pinned: config.lifecycle.pinned,
+                    last_used: AtomicU64::new(0),
+                };
+                self.residency.touch(&loaded);
+                self.set_state(
+                    model,
+                    folder.version,
+                    VersionState::Available(Arc::new(loaded)),
+                );
+                self.loader
+                    .metrics
+                    .record_model_event(model, ModelEvent::Loaded);
+                tracing::info!(model, version = folder.version, memory_bytes, "available");
+                Ok(alive_rx)
+            }
+            Err(error) => {
+                let serving = self
+                    .snapshot()
+                    .model(model)
+                    .ok()
+                    .and_then(|record| record.latest().ok())
+                    .map(|loaded| loaded.version);
+                match serving {
+                    Some(serving) => {
+                        tracing::error!(model, version = folder.version, %error, serving, "failed to load; the serving version stays")
+                    }
+                    None => {
+                        tracing::error!(model, version = folder.version, %error, "failed to load; no version of this model serves")
+                    }
+                }
+                self.set_state(
+                    model,
+                    folder.version,
+                    VersionState::End {
+                        error: Some(self.roots.redact(&error)),
+                    },
+                );
+                self.loader
+                    .metrics
+                    .record_model_event(model, ModelEvent::LoadFailed);
+                Err(())
+            }
+        }
+    }
+}

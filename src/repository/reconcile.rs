@@ -1,0 +1,343 @@
+//! Reconciling the repository with the model directory (or the served list): at start, on
+//! every poll, and after each explicit API call. Which versions are aspired, which load now
+//! and which wait for their first request, and which retire.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::control::{fingerprint, Control, Fingerprint, ServedModel};
+use super::lifecycle::ModelRepository;
+use super::model_config::{ModelConfig, ReloadMode, VersionPolicy};
+use super::scan::{scan_model, subfolders, ScanError, VersionFolder, EXPECTED_LAYOUT};
+use super::snapshot::{ModelRecord, Residence, VersionState};
+
+/// A model as found on disk, with its settings.
+struct Source {
+    name: String,
+    /// The model's folder.
+    path: PathBuf,
+    versions: Vec<VersionFolder>,
+    config: Result<ModelConfig, String>,
+    policy_override: Option<VersionPolicy>,
+    labels_override: Option<BTreeMap<String, u64>>,
+}
+
+impl ModelRepository {
+    /// Brings every model in line with the directory (or the served list).
+    pub async fn reconcile(&self) -> Result<(), ScanError> {
+        let mut control = self.control.lock().await;
+        let result = self.reconcile_locked(&mut control, None).await;
+        if !self.initial_load_settled.swap(true, Ordering::AcqRel) {
+            self.warn_if_pinned_exceed_budget();
+        }
+        result
+    }
+
+    /// Polls the directory every `period` until the task is aborted.
+    pub fn watch(self: Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(self.poll(period))
+    }
+
+    /// Polls the directory every `period`, forever; the first poll is one period from now.
+    pub async fn poll(self: Arc<Self>, period: Duration) {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        // Logged when it starts or changes, not on every tick.
+        let mut last_error = None;
+        loop {
+            ticks.tick().await;
+            let error = self.reconcile().await.err().map(|err| err.to_string());
+            if error != last_error {
+                match &error {
+                    Some(error) => tracing::error!(%error, "cannot poll the model directory"),
+                    None => tracing::info!("the model directory can be read again"),
+                }
+            }
+            last_error = error;
+        }
+    }
+
+    fn sources(&self, control: &Control) -> Result<Vec<Source>, ScanError> {
+        let listed: Vec<(String, PathBuf, Option<&ServedModel>)> = match &control.served {
+            Some(served) => served
+                .values()
+                .map(|m| (m.name.clone(), m.path.clone(), Some(m)))
+                .collect(),
+            None => subfolders(&self.dir)?
+                .into_iter()
+                .map(|(name, path)| (name, path, None))
+                .collect(),
+        };
+        let mut sources = Vec::with_capacity(listed.len());
+        for (name, path, served) in listed {
+            let versions = match scan_model(&path) {
+                Ok(versions) => versions,
+                // A listed model whose folder vanished has no versions: it unloads.
+                Err(_) if !path.exists() => Vec::new(),
+                Err(err) => return Err(err),
+            };
+            sources.push(Source {
+                config: ModelConfig::load(&path).map_err(|err| err.to_string()),
+                policy_override: served.and_then(|m| m.policy.clone()),
+                labels_override: served.and_then(|m| m.labels.clone()),
+                name,
+                path,
+                versions,
+            });
+        }
+        Ok(sources)
+    }
+
+    pub(super) async fn reconcile_locked(
+        &self,
+        control: &mut Control,
+        only: Option<&str>,
+    ) -> Result<(), ScanError> {
+        let result = self.reconcile_sources(control, only).await;
+        self.sweep_retired(control);
+        result
+    }
+
+    async fn reconcile_sources(
+        &self,
+        control: &mut Control,
+        only: Option<&str>,
+    ) -> Result<(), ScanError> {
+        let sources = self.sources(control)?;
+        let wanted = |name: &str| only.is_none_or(|only| only == name);
+
+        // Models that are gone from disk (or from the served list) unload and disappear.
+        let present: HashSet<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+        let gone: Vec<String> = self
+            .snapshot()
+            .models()
+            .map(|m| m.name.clone())
+            .filter(|name| wanted(name) && !present.contains(name.as_str()))
+            .collect();
+        for name in gone {
+            self.retire_all(control, &name);
+            self.publish(|snapshot| {
+                snapshot.models.remove(&name);
+            });
+            control.reported.remove(&name);
+            tracing::info!(model = %name, "model removed");
+        }
+
+        for source in sources.iter().filter(|s| wanted(&s.name)) {
+            if control.unloaded.contains(&source.name) {
+                self.retire_all(control, &source.name);
+                continue;
+            }
+            self.reconcile_model(control, source).await;
+        }
+        Ok(())
+    }
+
+    async fn reconcile_model(&self, control: &mut Control, source: &Source) {
+        let config = match &source.config {
+            Ok(config) => config.clone(),
+            Err(message) => {
+                // Bad settings: report them on the newest version; keep whatever serves.
+                if let Some(latest) = source.versions.last() {
+                    if !self.is_serving(&source.name, latest.version) {
+                        self.set_state(
+                            &source.name,
+                            latest.version,
+                            VersionState::End {
+                                error: Some(self.roots.redact(message)),
+                            },
+                        );
+                    }
+                }
+                if control.is_new_problem(&source.name, message) {
+                    tracing::error!(model = %source.name, error = %message, "invalid model settings");
+                }
+                return;
+            }
+        };
+        let policy = match source
+            .policy_override
+            .clone()
+            .map(Ok)
+            .unwrap_or_else(|| config.policy())
+        {
+            Ok(policy) => policy,
+            Err(message) => {
+                if control.is_new_problem(&source.name, &message) {
+                    tracing::error!(model = %source.name, error = %message, "invalid version policy");
+                }
+                return;
+            }
+        };
+        let on_disk: Vec<u64> = source.versions.iter().map(|v| v.version).collect();
+        let aspired = policy.aspired(&on_disk);
+        if source.versions.is_empty() {
+            let problem = no_version_problem(&source.path);
+            if control.is_new_problem(&source.name, &problem) {
+                tracing::warn!(model = %source.name, "{problem}");
+            }
+        } else {
+            control.reported.remove(&source.name);
+        }
+        self.publish(|snapshot| {
+            let record = snapshot
+                .models
+                .entry(source.name.clone())
+                .or_insert_with(|| ModelRecord::new(&source.name));
+            record.labels = source
+                .labels_override
+                .clone()
+                .unwrap_or_else(|| config.version_labels.clone());
+        });
+
+        let to_load: Vec<(&VersionFolder, Fingerprint)> = source
+            .versions
+            .iter()
+            .filter(|v| aspired.contains(&v.version))
+            .filter(|v| !self.is_serving(&source.name, v.version))
+            .map(|v| (v, fingerprint(&v.path)))
+            .filter(|(v, print)| {
+                control.failures.get(&(source.name.clone(), v.version)) != Some(print)
+            })
+            .collect();
+        if self.budget.is_some() && !config.lifecycle.pinned {
+            // Loads wait for the first request (see `residency`).
+            for (folder, _) in to_load {
+                let key = (source.name.clone(), folder.version);
+                control
+                    .standby
+                    .insert(key, (folder.clone(), config.clone()));
+                if !matches!(
+                    self.state_of(&source.name, folder.version),
+                    Some(VersionState::NotResident(_))
+                ) {
+                    self.set_state(
+                        &source.name,
+                        folder.version,
+                        VersionState::NotResident(Residence::NotLoaded),
+                    );
+                }
+            }
+        } else {
+            let unload_first =
+                config.lifecycle.reload == ReloadMode::UnloadFirst && !to_load.is_empty();
+            if unload_first {
+                self.unload_before_reload(control, &source.name, &aspired)
+                    .await;
+            }
+            for (folder, fingerprint) in to_load {
+                let key = (source.name.clone(), folder.version);
+                match self.load(&source.name, folder, &config).await {
+                    Ok(alive) => {
+                        control.failures.remove(&key);
+                        control.alive.insert(key, alive);
+                    }
+                    Err(()) => {
+                        control.failures.insert(key, fingerprint);
+                    }
+                }
+            }
+            if unload_first {
+                self.residency.reloading().remove(&source.name);
+            }
+        }
+
+        // Retire what is no longer aspired, unless nothing aspired serves yet.
+        let snapshot = self.snapshot();
+        let Ok(record) = snapshot.model(&source.name) else {
+            return;
+        };
+        let aspired_serving = aspired.iter().any(|v| {
+            matches!(
+                record.versions.get(v),
+                Some(
+                    VersionState::Available(_)
+                        | VersionState::NotResident(Residence::NotLoaded | Residence::Evicted)
+                )
+            )
+        });
+        let forgotten: Vec<u64> = record
+            .versions
+            .iter()
+            .filter(|(v, state)| {
+                !aspired.contains(v) && matches!(state, VersionState::NotResident(_))
+            })
+            .map(|(v, _)| *v)
+            .collect();
+        let retire: Vec<u64> = record
+            .versions
+            .iter()
+            .filter(|(v, state)| {
+                !aspired.contains(v) && matches!(state, VersionState::Available(_))
+            })
+            .map(|(v, _)| *v)
+            .filter(|v| aspired_serving || !on_disk.contains(v))
+            .collect();
+        for version in retire {
+            self.retire(control, &source.name, version);
+        }
+        for version in forgotten {
+            control.standby.remove(&(source.name.clone(), version));
+            self.set_state(&source.name, version, VersionState::End { error: None });
+        }
+        // Failures of versions no longer on disk are forgotten.
+        control
+            .failures
+            .retain(|(model, v), _| model != &source.name || on_disk.contains(v));
+    }
+
+    /// Pinned models are loaded whatever the budget; if they hold all of it, nothing else
+    /// can load, which an operator should learn at start rather than from refusals.
+    fn warn_if_pinned_exceed_budget(&self) {
+        let Some(budget) = self.budget else {
+            return;
+        };
+        let pinned: u64 = self
+            .snapshot()
+            .models()
+            .flat_map(|record| record.versions.values())
+            .filter_map(|state| match state {
+                VersionState::Available(model) if model.pinned => Some(model.memory_bytes()),
+                _ => None,
+            })
+            .sum();
+        if pinned >= budget {
+            tracing::warn!(
+                pinned,
+                budget,
+                "pinned models hold the whole --model-memory-budget: other models cannot load"
+            );
+        }
+    }
+}
+
+/// What is wrong with a model folder that has no version folder, and how to fix it.
+fn no_version_problem(folder: &Path) -> String {
+    // A single model file directly inside would have been served as version 1; several
+    // are ambiguous.
+    let mut loose: Vec<String> = std::fs::read_dir(folder)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|path| path.is_file() && super::scan::has_model_extension(path))
+                .filter_map(|path| path.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    loose.sort();
+    if loose.len() > 1 {
+        format!(
+            "model folder has no numeric version folder and holds several model files ({}): \
+             keep one, or move each version into a version folder such as {}; \
+             {EXPECTED_LAYOUT}",
+            loose.join(", "),
+            folder.join("1").display()
+        )
+    } else {
+        format!("model folder has no numeric version folder; {EXPECTED_LAYOUT}")
+    }
+}
