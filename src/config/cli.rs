@@ -65,9 +65,11 @@ impl Cli {
     fn parse_peer(line: PeerCommandLine) -> Result<Self, ConfigError> {
         let translated = translate(line)?;
         if translated.show_version {
-            let version = Self::command().render_version();
+            // clap's own answer to --version, printed to stdout with exit status 0.
+            let shown = Self::command().try_get_matches_from(["tensorport", "--version"]);
             let kind = clap::error::ErrorKind::DisplayVersion;
-            return Err(ConfigError::Clap(clap::Error::raw(kind, version)));
+            let shown = shown.err().unwrap_or_else(|| clap::Error::new(kind));
+            return Err(ConfigError::Clap(shown));
         }
         let mut args = vec![OsString::from("tensorport"), OsString::from("serve")];
         args.extend(translated.arguments().into_iter().map(OsString::from));

@@ -484,3 +484,13 @@ fn the_program_name_or_the_subcommand_picks_the_peer() {
         assert_eq!(&found, expected, "{line:?}");
     }
 }
+
+#[test]
+fn tf_servings_version_flag_shows_the_version() {
+    let shown = serve(&["tensorflow_model_server", "--version"]);
+    let kind = match shown {
+        Err(ConfigError::Clap(err)) => Some(err.kind()),
+        _ => None,
+    };
+    assert_eq!(kind, Some(clap::error::ErrorKind::DisplayVersion));
+}
