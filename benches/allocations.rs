@@ -169,8 +169,8 @@ async fn start_server(
     tokio::spawn(tensorport::run(
         infer,
         Listeners {
-            grpc,
-            rest,
+            grpc: Some(grpc),
+            rest: Some(rest),
             metrics: None,
         },
         ServerOptions::default(),

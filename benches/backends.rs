@@ -213,8 +213,8 @@ async fn start_server(models: &Path, onnx: OnnxRuntime) -> BenchResult<String> {
     tokio::spawn(tensorport::run(
         infer,
         Listeners {
-            grpc,
-            rest,
+            grpc: Some(grpc),
+            rest: Some(rest),
             metrics: None,
         },
         ServerOptions::default(),

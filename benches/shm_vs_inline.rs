@@ -121,8 +121,8 @@ async fn start_server(root: &Path) -> BenchResult<String> {
     tokio::spawn(tensorport::run(
         infer,
         Listeners {
-            grpc,
-            rest,
+            grpc: Some(grpc),
+            rest: Some(rest),
             metrics: None,
         },
         ServerOptions {

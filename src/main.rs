@@ -15,7 +15,9 @@ use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
 use tensorport::background::Lifetime;
 use tensorport::batcher::BatchSettings;
-use tensorport::config::{missing_serve_hint, Cli, Command, ConfigError, LogFormat, ServeArgs};
+use tensorport::config::{
+    missing_serve_hint, Cli, Command, ConfigError, LogFormat, LogLevel, ServeArgs,
+};
 use tensorport::cpu_wakeup::WakeupLatencyHold;
 use tensorport::infer::InferService;
 use tensorport::log_sink::LogSink;
@@ -53,8 +55,12 @@ fn main() -> ExitCode {
     let metrics = Arc::new(Metrics::new());
     init_logging(
         args.observability.log_format,
+        args.observability.log_level,
         LogSink::new(metrics.log_lines_dropped()),
     );
+    if let Some(warning) = args.not_applied_warning() {
+        tracing::warn!("{warning}");
+    }
     #[cfg(feature = "tensorflow")]
     {
         give_each_tensorflow_model_its_own_threads();
@@ -71,11 +77,11 @@ fn main() -> ExitCode {
 }
 
 /// Logs to stderr through `sink` (a line per event; lines that cannot be written are dropped
-/// and counted), filtered by RUST_LOG (default `info`; `tensorport::access=debug` adds one
-/// line per request).
-fn init_logging(format: LogFormat, sink: LogSink) {
+/// and counted), filtered by RUST_LOG (default `--log-level`, itself `info`;
+/// `tensorport::access=debug` adds one line per request).
+fn init_logging(format: LogFormat, level: LogLevel, sink: LogSink) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.directive()));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Its report of a failed write is an eprintln! to the same broken stderr: a panic.
@@ -167,16 +173,26 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     runtime.block_on(async move {
         // Bind before anything slow: a port conflict fails at once, and probes get answers
         // (live, not yet ready) while the models load.
-        let grpc = bind(
-            SocketAddr::new(args.network.host, args.network.grpc_port),
-            "--grpc-port",
-        )
-        .await?;
-        let rest = bind(
-            SocketAddr::new(args.network.host, args.network.rest_port),
-            "--rest-port",
-        )
-        .await?;
+        let grpc = match args.network.disable_grpc {
+            true => None,
+            false => Some(
+                bind(
+                    SocketAddr::new(args.network.host, args.network.grpc_port),
+                    "--grpc-port",
+                )
+                .await?,
+            ),
+        };
+        let rest = match args.network.disable_rest {
+            true => None,
+            false => Some(
+                bind(
+                    SocketAddr::new(args.network.host, args.network.rest_port),
+                    "--rest-port",
+                )
+                .await?,
+            ),
+        };
         let metrics_listener = match args.observability.metrics_port {
             Some(port) => {
                 Some(bind(SocketAddr::new(args.network.host, port), "--metrics-port").await?)
@@ -196,7 +212,8 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
         let repository = ModelRepository::new(&model_dir, loader)
             .with_memory_budget(args.models.model_memory_budget)
             .with_allowed_roots(&args.security.allow_model_paths)
-            .map_err(|err| err.to_string())?;
+            .map_err(|err| err.to_string())?
+            .loading_at_start(args.models.startup_models());
         let repository = match source.models.served(&repository) {
             Ok(None) => repository,
             Ok(Some(models)) => repository.serving_only(models),
@@ -221,8 +238,8 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
             )),
         ));
         tracing::info!(
-            grpc = %local(&grpc),
-            rest = %local(&rest),
+            grpc = %grpc.as_ref().map(local).unwrap_or_else(|| "off".into()),
+            rest = %rest.as_ref().map(local).unwrap_or_else(|| "off".into()),
             metrics = %metrics_listener.as_ref().map(local).unwrap_or_default(),
             "listening"
         );

@@ -50,8 +50,10 @@ const HEALTH_REFRESH: Duration = Duration::from_secs(1);
 
 /// The bound sockets the server answers on.
 pub struct Listeners {
-    pub grpc: TcpListener,
-    pub rest: TcpListener,
+    /// `None`: no gRPC port (`--disable-grpc`).
+    pub grpc: Option<TcpListener>,
+    /// `None`: no HTTP port (`--disable-rest`).
+    pub rest: Option<TcpListener>,
     /// `/metrics` and the probes on a port of their own (`--metrics-port`), unprotected.
     pub metrics: Option<TcpListener>,
 }
@@ -301,18 +303,19 @@ pub async fn run(
             )),
         ),
     );
-    let grpc = transport::serve::<Grpc, _>(
-        listeners.grpc,
-        grpc_app,
-        endpoint(Grpc::ALPN),
-        stop_rx.clone(),
-    );
-    let rest = transport::serve::<Http, _>(
-        listeners.rest,
-        rest_app(infer.clone(), &health, &overload, &options),
-        endpoint(Http::ALPN),
-        stop_rx.clone(),
-    );
+    let grpc = async {
+        if let Some(listener) = listeners.grpc {
+            let endpoint = endpoint(Grpc::ALPN);
+            transport::serve::<Grpc, _>(listener, grpc_app, endpoint, stop_rx.clone()).await;
+        }
+    };
+    let rest = async {
+        if let Some(listener) = listeners.rest {
+            let app = rest_app(infer.clone(), &health, &overload, &options);
+            let endpoint = endpoint(Http::ALPN);
+            transport::serve::<Http, _>(listener, app, endpoint, stop_rx.clone()).await;
+        }
+    };
     let metrics = async {
         if let Some(listener) = listeners.metrics {
             // Plain HTTP and a cap of its own: probes and scrapers get through whatever

@@ -102,8 +102,8 @@ impl Server {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let listeners = Listeners {
-                grpc,
-                rest,
+                grpc: Some(grpc),
+                rest: Some(rest),
                 metrics: None,
             };
             tensorport::run(infer, listeners, options, async {

@@ -4,17 +4,22 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use super::error::ConfigError;
 use super::file::file_arguments;
+use super::peers::{peer_command_line, translate, PeerCommandLine, Translated};
 use super::serve_args::ServeArgs;
 
 #[derive(Debug, Parser)]
 #[command(
     name = "tensorport",
     version = crate::build_info::VERSION,
-    about = crate::build_info::ABOUT
+    about = crate::build_info::ABOUT,
+    after_help = "Triton's and TF Serving's command lines run as they are: tensorport tritonserver \
+                  [FLAGS] or tensorport tensorflow_model_server [FLAGS] (or this binary run \
+                  under either name, as a symlink), with their defaults."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -48,19 +53,60 @@ pub fn missing_serve_hint(args: &[OsString]) -> Option<String> {
 }
 
 impl Cli {
-    /// Parses `args` (including the program name), filling gaps from the `--config` file.
+    /// Parses `args` (including the program name), filling gaps from the `--config` file. A
+    /// Triton or TF Serving command line (see `peers`) is read as that server reads it.
     pub fn parse_from_args(args: Vec<OsString>) -> Result<Self, ConfigError> {
+        match peer_command_line(&args) {
+            Some(line) => Self::parse_peer(line),
+            None => Self::parse_ours(args, &Translated::default()),
+        }
+    }
+
+    fn parse_peer(line: PeerCommandLine) -> Result<Self, ConfigError> {
+        let translated = translate(line)?;
+        if translated.show_version {
+            // clap's own answer to --version, printed to stdout with exit status 0.
+            let shown = Self::command().try_get_matches_from(["tensorport", "--version"]);
+            let kind = clap::error::ErrorKind::DisplayVersion;
+            let shown = shown.err().unwrap_or_else(|| clap::Error::new(kind));
+            return Err(ConfigError::Clap(shown));
+        }
+        let mut args = vec![OsString::from("tensorport"), OsString::from("serve")];
+        args.extend(translated.arguments().into_iter().map(OsString::from));
+        let mut cli = Self::parse_ours(args, &translated)?;
+        let Command::Serve(serve) = &mut cli.command;
+        serve.not_applied = translated.not_applied;
+        Ok(cli)
+    }
+
+    /// Our own command line, then the `--config` file, then `peer`'s defaults, each for the
+    /// flags the ones before left unset.
+    fn parse_ours(mut args: Vec<OsString>, peer: &Translated) -> Result<Self, ConfigError> {
         let command = Self::command();
         let matches = command.clone().try_get_matches_from(&args)?;
         let Some(("serve", serve)) = matches.subcommand() else {
             return Ok(Self::from_arg_matches(&matches)?);
         };
-        let Some(path) = serve.get_one::<PathBuf>("config").cloned() else {
-            return Self::validated(Self::from_arg_matches(&matches)?);
+        let mut matches = match serve.get_one::<PathBuf>("config").cloned() {
+            Some(path) => {
+                args.extend(file_arguments(&path, serve, &command)?);
+                command.clone().try_get_matches_from(&args)?
+            }
+            None => matches,
         };
-        let mut args = args;
-        args.extend(file_arguments(&path, serve, &command)?);
-        let matches = command.try_get_matches_from(&args)?;
+        if let Some(serve) = matches.subcommand_matches("serve") {
+            let open = |id: &str| {
+                !matches!(
+                    serve.value_source(id),
+                    Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+                )
+            };
+            let defaults = peer.default_arguments(open);
+            if !defaults.is_empty() {
+                args.extend(defaults.into_iter().map(OsString::from));
+                matches = command.try_get_matches_from(&args)?;
+            }
+        }
         Self::validated(Self::from_arg_matches(&matches)?)
     }
 

@@ -33,4 +33,8 @@ pub enum ConfigError {
     ModelDirNotADirectory(PathBuf),
     #[error(transparent)]
     ApiKeys(#[from] ApiKeysError),
+    #[error("--{flag}: {why}")]
+    PeerRefused { flag: String, why: String },
+    #[error("{file}: cannot read the line '{line}' (NAME KIND ACTION [NOTE])")]
+    PeerTable { file: &'static str, line: String },
 }

@@ -9,6 +9,9 @@
 //! - `network`, `models`, `batching`, `overload`, `security`, `shared_memory`,
 //!   `observability`, `compatibility`: the flags of each heading, in `--help`'s order.
 //! - `aliases`: the table of TF Serving's and Triton's spellings each flag also answers to.
+//! - `peers`: Triton's and TF Serving's whole command lines (`tensorport tritonserver ...`,
+//!   `tensorport tensorflow_model_server ...`, or a symlink of either name), with their
+//!   defaults.
 //! - `file`: the `--config` file read as extra arguments.
 //! - `error`: `ConfigError`, the one error of this layer.
 
@@ -22,6 +25,7 @@ mod models;
 mod network;
 mod observability;
 mod overload;
+mod peers;
 mod security;
 mod serve_args;
 mod shared_memory;
@@ -33,8 +37,12 @@ pub use compatibility::CompatibilityArgs;
 pub use error::ConfigError;
 pub use models::ModelsArgs;
 pub use network::NetworkArgs;
-pub use observability::{LogFormat, ObservabilityArgs};
+pub use observability::{LogFormat, LogLevel, ObservabilityArgs};
 pub use overload::OverloadArgs;
+pub use peers::{
+    peer_command_line, peer_flags, translate, translated_in_code, Action, Kind, NotApplied,
+    PeerCommandLine, PeerFlag, TF_SERVING_PROGRAM, TRITON_PROGRAM,
+};
 pub use security::SecurityArgs;
 pub use serve_args::ServeArgs;
 pub use shared_memory::SharedMemoryArgs;

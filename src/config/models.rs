@@ -56,6 +56,17 @@ pub struct ModelsArgs {
           value_parser = crate::repository::parse_size)]
     pub model_memory_budget: Option<u64>,
 
+    /// The models to load at start, comma-separated (`*`: all); the others load when the
+    /// load API (KServe repository load) asks. Empty: none at start. Triton's
+    /// --model-control-mode=explicit with --load-model.
+    #[arg(
+        long,
+        env = "TENSORPORT_STARTUP_MODELS",
+        value_name = "NAMES",
+        default_value = "*"
+    )]
+    pub startup_models: String,
+
     /// How often to look for new, changed or removed model versions, in seconds (0: only at
     /// start and on the load / reload APIs).
     /// Aliases: --file_system_poll_wait_seconds (TF Serving), --repository-poll-secs (Triton).
@@ -66,4 +77,21 @@ pub struct ModelsArgs {
         aliases = spellings_of("model_poll_secs")
     )]
     pub model_poll_secs: u64,
+}
+
+impl ModelsArgs {
+    /// The models `--startup-models` names, or `None` for all of them.
+    pub fn startup_models(&self) -> Option<Vec<String>> {
+        if self.startup_models.trim() == "*" {
+            return None;
+        }
+        Some(
+            self.startup_models
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
 }

@@ -30,6 +30,15 @@ pub struct NetworkArgs {
           aliases = spellings_of("rest_port"))]
     pub rest_port: u16,
 
+    /// Serve no HTTP port (TF Serving's REST API off, as with its --rest_api_port=0; Triton's
+    /// --allow-http=false).
+    #[arg(long, env = "TENSORPORT_DISABLE_REST", conflicts_with = "disable_grpc")]
+    pub disable_rest: bool,
+
+    /// Serve no gRPC port (TF Serving's --port=0; Triton's --allow-grpc=false).
+    #[arg(long, env = "TENSORPORT_DISABLE_GRPC")]
+    pub disable_grpc: bool,
+
     /// Async worker threads for the network side (0: one per core).
     #[arg(long, env = "TENSORPORT_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,

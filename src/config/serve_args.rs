@@ -14,6 +14,7 @@ use super::models::ModelsArgs;
 use super::network::NetworkArgs;
 use super::observability::ObservabilityArgs;
 use super::overload::OverloadArgs;
+use super::peers::NotApplied;
 use super::security::SecurityArgs;
 use super::shared_memory::SharedMemoryArgs;
 use crate::batcher::BatchSettings;
@@ -53,6 +54,10 @@ pub struct ServeArgs {
 
     #[command(flatten, next_help_heading = "Compatibility")]
     pub compatibility: CompatibilityArgs,
+
+    /// A peer's flags (`tensorport tritonserver ...`) accepted without being applied.
+    #[arg(skip)]
+    pub not_applied: Vec<NotApplied>,
 }
 
 impl ServeArgs {
@@ -126,6 +131,23 @@ impl ServeArgs {
                 .then(|| Duration::from_secs(self.network.http2_keepalive_interval_secs)),
             http2_keepalive_timeout: Duration::from_secs(self.network.http2_keepalive_timeout_secs),
         }
+    }
+
+    /// The one start-up warning for a peer's flags accepted without being applied: each
+    /// flag, and what this server does instead. `None` when there are none.
+    pub fn not_applied_warning(&self) -> Option<String> {
+        if self.not_applied.is_empty() {
+            return None;
+        }
+        let each: Vec<String> = self
+            .not_applied
+            .iter()
+            .map(|flag| format!("{} ({})", flag.flag, flag.instead))
+            .collect();
+        Some(format!(
+            "accepted but not applied, tensorport does this instead: {}",
+            each.join("; ")
+        ))
     }
 
     /// The shared-memory registry's limits these flags describe.

@@ -28,6 +28,9 @@ pub(super) struct Control {
     pub(super) failures: HashMap<(String, u64), Fingerprint>,
     /// Models unloaded through the API: not loaded again until the API loads them.
     pub(super) unloaded: HashSet<String>,
+    /// `--startup-models`: the models the first reconciliation loads; it marks the others
+    /// unloaded (until the load API loads them), then clears this.
+    pub(super) startup_only: Option<HashSet<String>>,
     /// Set by the reload-config API: exactly these models are served.
     pub(super) served: Option<BTreeMap<String, ServedModel>>,
     /// Closed when the loaded version's session is dropped (after its batcher and every run

@@ -136,6 +136,13 @@ impl ModelRepository {
         self
     }
 
+    /// Loads only `models` at start (`None`: all); the others wait for the load API.
+    #[must_use]
+    pub fn loading_at_start(mut self, models: Option<Vec<String>>) -> Self {
+        self.control.get_mut().startup_only = models.map(|names| names.into_iter().collect());
+        self
+    }
+
     /// Whether the first reconciliation (the load at start-up) has finished.
     pub fn initial_load_settled(&self) -> bool {
         self.initial_load_settled.load(Ordering::Acquire)

@@ -29,6 +29,23 @@ impl ModelRepository {
     /// Brings every model in line with the directory (or the served list).
     pub async fn reconcile(&self) -> Result<(), ScanError> {
         let mut control = self.control.lock().await;
+        if control.startup_only.is_some() {
+            // Taken only once the folder could be read, so that a retry still honours it.
+            let sources = self.sources(&control)?;
+            let named = control.startup_only.take().unwrap_or_default();
+            let others: Vec<String> = sources
+                .into_iter()
+                .map(|source| source.name)
+                .filter(|name| !named.contains(name))
+                .collect();
+            if !others.is_empty() {
+                tracing::info!(
+                    models = %others.join(", "),
+                    "not loaded at start (--startup-models): the load API loads them"
+                );
+            }
+            control.unloaded.extend(others);
+        }
         let result = self.reconcile_locked(&mut control, None).await;
         if !self.initial_load_settled.swap(true, Ordering::AcqRel) {
             self.warn_if_pinned_exceed_budget();

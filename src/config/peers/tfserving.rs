@@ -1,0 +1,52 @@
+//! TF Serving's flags whose values need translating (the `code` rows of
+//! tensorflow_model_server_flags.txt), and TF Serving's defaults: gRPC on 8500, no REST API
+//! unless `--rest_api_port` names a port, and the model folder polled every second.
+
+use super::super::error::ConfigError;
+use super::command::Given;
+use super::translated::Translated;
+
+/// The flags this file applies.
+pub const TRANSLATED: &[&str] = &[
+    "port",
+    "rest_api_port",
+    "tensorflow_session_parallelism",
+    "version",
+    "enable_serialization_as_tensor_content",
+];
+
+pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
+    out.peer_default("grpc-port", Some("8500"));
+    out.peer_default("disable-rest", None);
+    out.peer_default("model-poll-secs", Some("1"));
+    // Port 0 turns that API off in TF Serving (here, 0 would pick a free port).
+    match given.last("port") {
+        Some("0") => {
+            out.unset("grpc-port");
+            out.switch("disable-grpc");
+        }
+        Some(port) => out.set("grpc-port", port),
+        None => {}
+    }
+    match given.last("rest_api_port") {
+        Some("0") => out.switch("disable-rest"),
+        Some(port) => {
+            out.set("rest-port", port);
+            out.unset("disable-rest");
+        }
+        None => {}
+    }
+    // One number for both pools, unless they are given their own.
+    if let Some(threads) = given.last("tensorflow_session_parallelism") {
+        for pool in ["intra-op-threads", "inter-op-threads"] {
+            if !out.is_set(pool) {
+                out.set(pool, threads);
+            }
+        }
+    }
+    if given.bool("enable_serialization_as_tensor_content") == Some(true) {
+        out.switch("predict-response-tensor-content");
+    }
+    out.show_version = given.contains("version");
+    Ok(())
+}
