@@ -214,7 +214,7 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
             .with_allowed_roots(&args.security.allow_model_paths)
             .map_err(|err| err.to_string())?
             .loading_at_start(args.models.startup_models());
-        let repository = match source.models.served(&repository) {
+        let repository = match source.models.served(&source.root) {
             Ok(None) => repository,
             Ok(Some(models)) => repository.serving_only(models),
             Err(err) => return Err(err.to_string()),

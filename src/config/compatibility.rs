@@ -19,8 +19,8 @@ pub struct CompatibilityArgs {
 
     /// TF Serving's models.config (a ModelServerConfig text proto): serve exactly the models it
     /// lists (name, base_path, model_platform, model_version_policy, version_labels). Relative
-    /// base paths start at --model-dir (default: the file's folder); others need
-    /// --allow-model-paths. Alias: --model_config_file.
+    /// base paths start at --model-dir (default: the file's folder); absolute ones may lie
+    /// anywhere, as the file is the operator's. Alias: --model_config_file.
     #[arg(
         long,
         env = "TENSORPORT_MODEL_CONFIG_FILE",

@@ -40,8 +40,8 @@ pub struct SecurityArgs {
     #[arg(long, env = "TENSORPORT_AUTH_TOKEN_FILE", value_name = "FILE")]
     pub auth_token_file: Option<PathBuf>,
 
-    /// Folders besides --model-dir that a TF Serving reload-config base_path may name
-    /// (comma-separated: DIR[,DIR]).
+    /// Folders besides --model-dir and the start-up models' own that a TF Serving
+    /// reload-config base_path may name (comma-separated: DIR[,DIR]).
     #[arg(
         long,
         env = "TENSORPORT_ALLOW_MODEL_PATHS",

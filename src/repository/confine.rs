@@ -6,6 +6,13 @@
 //! [`std::fs::canonicalize`] (so `..` and symlinks are followed to where they really lead) and
 //! must then lie under `--model-dir` or a root named by `--allow-model-paths`.
 //!
+//! Paths the operator names (the start-up flags, the `base_path`s of the `models.config` the
+//! server was started with, on every re-read of that file) are not confined: they come from
+//! the operator's own command line and disk, so [`resolve_trusted`] only makes them absolute
+//! (a relative path starts at the working directory, as it does for every other tool) and
+//! checks the folder exists. Those folders then become roots of their own, so that a reload
+//! naming a folder the operator already served is not refused.
+//!
 //! Clients never see the server's absolute paths: a refused `base_path` is not echoed, a missing
 //! one is refused with the same words as one outside the roots (no probing which files exist),
 //! and [`ModelRoots::redact`] rewrites the roots in load errors before they reach a status
@@ -37,6 +44,31 @@ pub enum ConfineError {
          root allowed by --allow-model-paths"
     )]
     OutsideRoots(String),
+    /// An operator's path, shown whole: it is the operator who reads this, at start-up.
+    #[error("model '{name}': {path} is not an existing folder")]
+    NoFolder { name: String, path: PathBuf },
+}
+
+/// The folder an operator's `base_path` names (empty: `root`'s folder named `name`): relative
+/// paths start at `root`, which itself may be relative to the working directory. The result is
+/// absolute but symlinks are kept, so a mounted volume swapped behind a link is followed.
+pub fn resolve_trusted(root: &Path, name: &str, base_path: &Path) -> Result<PathBuf, ConfineError> {
+    check_model_name(name)?;
+    let joined = if base_path.as_os_str().is_empty() {
+        root.join(name)
+    } else {
+        root.join(base_path)
+    };
+    let no_folder = || ConfineError::NoFolder {
+        name: name.to_owned(),
+        path: joined.clone(),
+    };
+    let absolute = std::path::absolute(&joined).map_err(|_| no_folder())?;
+    if absolute.is_dir() {
+        Ok(absolute)
+    } else {
+        Err(no_folder())
+    }
 }
 
 /// A name as it may be joined onto a model root.
@@ -105,6 +137,19 @@ impl ModelRoots {
             self.canonical.push(canonical);
         }
         Ok(())
+    }
+
+    /// Adds the folders the operator's start-up flags and `models.config` serve from, so that a
+    /// reload naming one of them again stays allowed. A folder that cannot be canonicalised
+    /// (gone since) is left out: a reload could not load from it anyway.
+    pub fn trust<'a>(&mut self, folders: impl IntoIterator<Item = &'a Path>) {
+        for folder in folders {
+            if let Ok(canonical) = std::fs::canonicalize(folder) {
+                if !self.canonical.contains(&canonical) {
+                    self.canonical.push(canonical);
+                }
+            }
+        }
     }
 
     /// Where the versions of model `name` live by default.
@@ -246,6 +291,67 @@ mod tests {
             "cannot load <model-dir>/m/1/model.onnx"
         );
         std::fs::remove_dir_all(&base)?;
+        Ok(())
+    }
+
+    /// An operator's relative path starts at the working directory (the package root under
+    /// `cargo test`), an absolute one anywhere; only a missing folder or a bad name is refused.
+    #[test]
+    fn operator_paths_resolve_from_the_working_directory() -> Result<(), Box<dyn std::error::Error>>
+    {
+        let here = std::env::current_dir()?;
+        let relative = Path::new("examples/models/ranker");
+        assert_eq!(
+            resolve_trusted(Path::new(""), "ranker", relative)?,
+            here.join(relative)
+        );
+        assert_eq!(
+            resolve_trusted(Path::new("examples/models"), "ranker", Path::new(""))?,
+            here.join(relative)
+        );
+        assert_eq!(
+            resolve_trusted(Path::new("examples"), "ranker", Path::new("models/ranker"))?,
+            here.join(relative)
+        );
+        let elsewhere = std::env::temp_dir();
+        assert_eq!(
+            resolve_trusted(Path::new("examples"), "m", &elsewhere)?,
+            elsewhere
+        );
+        assert!(matches!(
+            resolve_trusted(Path::new(""), "m", Path::new("no/such/folder")),
+            Err(ConfineError::NoFolder { .. })
+        ));
+        assert!(matches!(
+            resolve_trusted(Path::new(""), "..", relative),
+            Err(ConfineError::NotPlain(_))
+        ));
+        Ok(())
+    }
+
+    /// A folder the operator served at start-up may be named by a reload; its neighbours not.
+    #[test]
+    fn trusted_folders_become_roots_and_nothing_more() -> Result<(), Box<dyn std::error::Error>> {
+        let base = std::env::temp_dir().join(format!("tensorport-trust-{}", std::process::id()));
+        let models = base.join("models");
+        let served = base.join("elsewhere").join("ranker");
+        let neighbour = base.join("elsewhere").join("other");
+        std::fs::create_dir_all(&models)?;
+        std::fs::create_dir_all(&served)?;
+        std::fs::create_dir_all(&neighbour)?;
+        let mut roots = ModelRoots::new(&models);
+        let served_text = served.display().to_string();
+        let outside = |name: &str| Err(ConfineError::OutsideRoots(name.to_owned()));
+        assert_eq!(roots.resolve("ranker", &served_text), outside("ranker"));
+        roots.trust([served.as_path()]);
+        let resolved = roots.resolve("ranker", &served_text);
+        let refused = roots.resolve("other", &neighbour.display().to_string());
+        let escaped = roots.resolve("x", &format!("{served_text}/../other"));
+        let canonical = std::fs::canonicalize(&served)?;
+        std::fs::remove_dir_all(&base)?;
+        assert_eq!(resolved?, canonical);
+        assert_eq!(refused, outside("other"));
+        assert_eq!(escaped, outside("x"));
         Ok(())
     }
 }

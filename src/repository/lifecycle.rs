@@ -128,9 +128,11 @@ impl ModelRepository {
     }
 
     /// Serves exactly `models` from the first reconciliation on, as [`Self::serve_only`]
-    /// does later (`--model-config-file`, `--model-base-path`).
+    /// does later (`--model-config-file`, `--model-base-path`). These are the operator's
+    /// start-up models, so their folders become roots a reload-config may name again.
     #[must_use]
     pub fn serving_only(mut self, models: Vec<ServedModel>) -> Self {
+        self.roots.trust(models.iter().map(|m| m.path.as_path()));
         self.control.get_mut().served =
             Some(models.into_iter().map(|m| (m.name.clone(), m)).collect());
         self

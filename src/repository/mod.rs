@@ -50,7 +50,9 @@ pub use budget::{
 };
 pub use charge::MemoryCharge;
 pub use config_files::ModelConfigError;
-pub use confine::{check_model_name, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES};
+pub use confine::{
+    check_model_name, resolve_trusted, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES,
+};
 pub use control::ServedModel;
 pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use error::{RepositoryError, ResidencyError};

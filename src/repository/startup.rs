@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    check_model_name, holds_one_model, read_model_config_file, served_models, ConfineError,
-    ModelConfigFileError, ModelRepository, RepositoryError, ServedModel,
+    check_model_name, holds_one_model, read_model_config_file, resolve_trusted, served_models,
+    ConfineError, ModelConfigFileError, ModelRepository, RepositoryError, ServedModel,
 };
 
 /// Where the models come from, as the flags name them.
@@ -43,7 +43,7 @@ pub enum StartupError {
     #[error("--model-name: {0}")]
     BadName(ConfineError),
     #[error("{flag}: {source}")]
-    Outside {
+    NoFolder {
         flag: &'static str,
         #[source]
         source: ConfineError,
@@ -103,18 +103,17 @@ impl ModelSource {
 }
 
 impl ModelList {
-    /// The models a list names, their folders confined to `repository`'s roots (`None` for
-    /// a scanned repository).
-    pub fn served(
-        &self,
-        repository: &ModelRepository,
-    ) -> Result<Option<Vec<ServedModel>>, StartupError> {
-        let confined = |name: &str, base: &str| repository.model_path(name, base);
+    /// The models a list names (`None` for a scanned repository). These are the operator's
+    /// paths, from the flags or a file on the operator's disk, so they are not confined to
+    /// the roots: a flag's relative path starts at the working directory, a `models.config`
+    /// `base_path` at `root` (the source's: `--model-dir`, else the file's folder).
+    pub fn served(&self, root: &Path) -> Result<Option<Vec<ServedModel>>, StartupError> {
         match self {
             Self::Scanned => Ok(None),
             Self::ConfigFile(file) => {
                 let list = read_model_config_file(file)?;
-                served_models(list, confined)
+                let trusted = |name: &str, base: &str| resolve_trusted(root, name, Path::new(base));
+                served_models(list, trusted)
                     .map(Some)
                     .map_err(|source| StartupError::Listed {
                         path: file.clone(),
@@ -122,8 +121,9 @@ impl ModelList {
                     })
             }
             Self::One { name, path } => {
-                let path = confined(name, &path.to_string_lossy()).map_err(|source| {
-                    StartupError::Outside {
+                // The flag's path as given: relative to the working directory.
+                let path = resolve_trusted(Path::new(""), name, path).map_err(|source| {
+                    StartupError::NoFolder {
                         flag: "--model-base-path",
                         source,
                     }
@@ -161,7 +161,7 @@ pub async fn watch_model_config_file(
             continue;
         }
         last_text = text;
-        let applied = match list.served(&repository) {
+        let applied = match list.served(&repository.dir) {
             Ok(models) => repository
                 .serve_only(models.unwrap_or_default())
                 .await
@@ -271,6 +271,24 @@ mod tests {
             ModelSource::from_flags(None, None, None, None),
             Err(StartupError::Nothing)
         ));
+        Ok(())
+    }
+
+    /// A relative `--model-base-path` (or single-model `--model-dir`) names its folder from
+    /// the working directory, not from itself.
+    #[test]
+    fn relative_single_model_paths_serve() -> Result<(), Box<dyn std::error::Error>> {
+        let here = std::env::current_dir()?;
+        let ranker = Path::new("examples/models/ranker");
+        for source in [
+            ModelSource::from_flags(None, None, None, Some(ranker))?,
+            ModelSource::from_flags(Some(ranker), None, None, None)?,
+        ] {
+            let served = source.models.served(&source.root)?.unwrap_or_default();
+            assert_eq!(served.len(), 1);
+            assert_eq!(served[0].name, "ranker");
+            assert_eq!(served[0].path, here.join(ranker));
+        }
         Ok(())
     }
 }

@@ -104,7 +104,7 @@ def link_models(model_dir: Path, bases=(EXAMPLE_MODELS, TEST_MODELS)) -> Path:
 def start_server(model_dir: Path | None, log_path: Path, extra_args: list[str] | None = None,
                  host: str = "127.0.0.1", prefix: list[str] | None = None,
                  preexec_fn=None, wait_for_models: bool = True,
-                 program: list[str] | None = None) -> Server:
+                 program: list[str] | None = None, cwd: Path | None = None) -> Server:
     """Starts the binary serving `model_dir` and waits until it listens and (unless
     `wait_for_models` is false) until the load at start-up has settled. `prefix` is a command
     that execs the rest (e.g. `prlimit ... --`), so the process is still the server's;
@@ -112,7 +112,8 @@ def start_server(model_dir: Path | None, log_path: Path, extra_args: list[str] |
     say). With `model_dir` None, neither `--model-dir` nor the port flags are passed: the
     caller names the models and ports in `extra_args` (as a TF Serving command line does).
     `program` replaces `tensorport serve ...` with other first words (`tensorport tritonserver`,
-    or a symlink named `tensorflow_model_server`): then only `extra_args` follow."""
+    or a symlink named `tensorflow_model_server`): then only `extra_args` follow. The server
+    runs in `cwd` (default: the repository root), where its relative paths start."""
     binary = server_binary()
     if not binary.exists():
         raise ServerStartError(f"server binary {binary} not found: build it (cargo build) or set TENSORPORT_BIN")
@@ -122,7 +123,7 @@ def start_server(model_dir: Path | None, log_path: Path, extra_args: list[str] |
     cmd = [*(prefix or []), *(program or ours), *(extra_args or [])]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
-                                env=dict(os.environ), cwd=REPO, preexec_fn=preexec_fn)
+                                env=dict(os.environ), cwd=cwd or REPO, preexec_fn=preexec_fn)
 
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     match = None
