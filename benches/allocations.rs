@@ -151,6 +151,7 @@ async fn start_server(
         metrics: metrics.clone(),
         instances: 1,
         inline_run_max,
+        strict_model_config: false,
     };
     let repository = Arc::new(ModelRepository::new(&root.join("examples/models"), loader));
     repository.reconcile().await?;

@@ -75,6 +75,7 @@ async fn main() -> BenchResult<()> {
         metrics: Arc::new(Metrics::new()),
         instances: 1,
         inline_run_max: std::time::Duration::ZERO,
+        strict_model_config: false,
     };
     for format in &FORMATS {
         let version = tensorport::repository::VersionFolder {
@@ -198,6 +199,7 @@ async fn start_server(models: &Path, onnx: OnnxRuntime) -> BenchResult<String> {
         metrics: metrics.clone(),
         instances: 1,
         inline_run_max: std::time::Duration::ZERO,
+        strict_model_config: false,
     };
     let repository = Arc::new(ModelRepository::new(models, loader));
     repository.reconcile().await?;

@@ -102,6 +102,7 @@ async fn start_server(root: &Path) -> BenchResult<String> {
         metrics: metrics.clone(),
         instances: 1,
         inline_run_max: std::time::Duration::ZERO,
+        strict_model_config: false,
     };
     let repository = Arc::new(ModelRepository::new(&root.join("tests/models"), loader));
     repository.reconcile().await?;

@@ -177,6 +177,7 @@ impl InferService {
             decoded.output_filter,
             decoded.output_targets,
         )?
+        .within_batch_limit(model.backend.max_batch_size())?
         .with_deadline(deadline)
         .with_priority(decoded.priority);
         Ok(Prepared { model, request })

@@ -208,6 +208,7 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
             metrics: metrics.clone(),
             instances,
             inline_run_max: Duration::from_micros(args.batching.inline_run_max_us),
+            strict_model_config: args.models.strict_model_config,
         };
         let repository = ModelRepository::new(&model_dir, loader)
             .with_memory_budget(args.models.model_memory_budget)

@@ -83,6 +83,7 @@ impl Server {
             metrics: metrics.clone(),
             instances: 1,
             inline_run_max: std::time::Duration::ZERO,
+            strict_model_config: false,
         };
         let repository = Arc::new(ModelRepository::new(dir, loader));
         let infer = Arc::new(InferService::new(

@@ -191,6 +191,7 @@ fn a_model_without_a_signature_is_refused_with_what_to_add() -> TestResult {
         metrics: Arc::new(Metrics::new()),
         instances: 1,
         inline_run_max: std::time::Duration::ZERO,
+        strict_model_config: false,
     };
     let folder = VersionFolder {
         version: 1,

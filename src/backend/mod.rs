@@ -4,6 +4,7 @@
 //! validated inputs; it owns whatever threads or sessions its runtime needs and is called from
 //! a blocking context, never from the async reactor.
 
+pub mod contract;
 pub mod onnx;
 pub mod onnx_library;
 mod onnx_raw;
@@ -83,6 +84,20 @@ pub trait Backend: Send + Sync {
     /// version for its growth since the load (`repository::charge`). Called after every run,
     /// so it must be cheap: report what was last measured rather than measure here.
     fn held_bytes(&self) -> Option<u64> {
+        None
+    }
+
+    /// The largest first dimension one request may carry, where the model's configuration
+    /// states one (Triton's `max_batch_size`; `Some(0)`: no batch dimension). `None`: no
+    /// limit but the batcher's.
+    fn max_batch_size(&self) -> Option<usize> {
+        None
+    }
+
+    /// The class labels of `output` (one per class, by index) for the classification
+    /// extension, where the configuration names a labels file.
+    fn labels(&self, output: &str) -> Option<Arc<[String]>> {
+        let _ = output;
         None
     }
 

@@ -40,6 +40,14 @@ pub enum RequestError {
     UnknownOutput { name: String, expected: String },
     #[error("output '{0}' is requested twice")]
     DuplicateOutput(String),
+    #[error(
+        "input '{input}' carries a batch of {batch}, more than the model's max_batch_size of {max}"
+    )]
+    BatchTooLarge {
+        input: String,
+        batch: usize,
+        max: usize,
+    },
     /// Output targets are given per requested output; a server bug otherwise.
     #[error("{targets} output targets for {outputs} requested outputs")]
     MisalignedTargets { targets: usize, outputs: usize },
@@ -115,6 +123,27 @@ impl ValidRequest {
             deadline: None,
             priority: Priority::Default,
         })
+    }
+
+    /// The same request, refused if an input's batch (first dimension) is larger than `max`,
+    /// the model's `max_batch_size` (`Some(0)` or `None`: nothing to check).
+    pub fn within_batch_limit(self, max: Option<usize>) -> Result<Self, RequestError> {
+        let Some(max) = max.filter(|&max| max > 0) else {
+            return Ok(self);
+        };
+        for (name, tensor) in &self.inputs {
+            match tensor.shape().first() {
+                Some(&batch) if batch > max => {
+                    return Err(RequestError::BatchTooLarge {
+                        input: name.clone(),
+                        batch,
+                        max,
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(self)
     }
 
     /// The same request, dropped unrun once `deadline` has passed.
@@ -348,6 +377,22 @@ mod tests {
         )
         .expect_err("two targets for one output");
         assert_eq!(err.kind(), ErrorKind::Internal);
+    }
+
+    #[test]
+    fn a_batch_above_max_batch_size_is_refused() -> Result<(), RequestError> {
+        let request = || check(vec![input("x", vec![3, 2])], &[]);
+        assert!(request()?.within_batch_limit(Some(3)).is_ok());
+        assert!(request()?.within_batch_limit(Some(0)).is_ok());
+        assert!(request()?.within_batch_limit(None).is_ok());
+        let err = request()?.within_batch_limit(Some(2)).err();
+        assert_eq!(
+            err.map(|e| e.to_string()),
+            Some(
+                "input 'x' carries a batch of 3, more than the model's max_batch_size of 2".into()
+            )
+        );
+        Ok(())
     }
 
     #[test]

@@ -77,6 +77,15 @@ pub struct ModelsArgs {
         aliases = spellings_of("model_poll_secs")
     )]
     pub model_poll_secs: u64,
+
+    /// Require each model's configuration (config.pbtxt or config.toml) to declare every
+    /// input and output; off, what is not declared is completed from the model file, as
+    /// Triton's --strict-model-config=false does. What is declared is checked against the
+    /// model file either way. Triton's --disable-auto-complete-config turns it on.
+    #[arg(long, env = "TENSORPORT_STRICT_MODEL_CONFIG", value_name = "BOOL",
+          num_args = 0..=1, default_value_t = false, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub strict_model_config: bool,
 }
 
 impl ModelsArgs {

@@ -124,6 +124,14 @@ impl Backend for Charged {
         self.inner.held_bytes()
     }
 
+    fn max_batch_size(&self) -> Option<usize> {
+        self.inner.max_batch_size()
+    }
+
+    fn labels(&self, output: &str) -> Option<Arc<[String]>> {
+        self.inner.labels(output)
+    }
+
     fn run(
         &self,
         signature: &Signature,

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use super::declared::RuntimeConfig;
 use super::model_config::{ModelConfig, VersionPolicyTable, MODEL_CONFIG_FILE};
 use super::triton_config::{TritonConfig, TRITON_CONFIG_FILE};
 
@@ -82,14 +83,25 @@ impl ModelConfig {
                 base.version_policy
             },
             version_labels: self.version_labels,
-            warmup: self.warmup,
-            runtime: self.runtime,
+            warmup: self.warmup.or(base.warmup),
+            runtime: RuntimeConfig {
+                intra_op_threads: self
+                    .runtime
+                    .intra_op_threads
+                    .or(base.runtime.intra_op_threads),
+                inter_op_threads: self
+                    .runtime
+                    .inter_op_threads
+                    .or(base.runtime.inter_op_threads),
+            },
             input,
             output,
             instances: self.instances.or(base.instances),
             lifecycle: self.lifecycle,
             model_filename: self.model_filename.or(base.model_filename),
             platform: self.platform.or(base.platform),
+            max_batch_size: self.max_batch_size.or(base.max_batch_size),
+            from_triton: true,
             ignored: triton.ignored,
         }
     }

@@ -12,6 +12,7 @@
 //! name = "score"
 //! dtype = "FP32"
 //! shape = ["batch", 1]
+//! label_filename = "labels.txt"   # optional: class labels for the classification extension
 //!
 //! [runtime]
 //! intra_op_threads = 2      # default: --intra-op-threads
@@ -32,6 +33,14 @@ pub struct DeclaredTensor {
     pub name: String,
     pub dtype: String,
     pub shape: Vec<DeclaredDim>,
+    /// The shape the runtime takes (an input) or gives (an output) when it differs from
+    /// `shape`, the one clients see: Triton's `reshape`, with the same elements.
+    #[serde(default)]
+    pub reshape: Option<Vec<DeclaredDim>>,
+    /// A file in the model's folder with one class label per line, for the classification
+    /// extension (an output only; Triton's `label_filename`).
+    #[serde(default)]
+    pub label_filename: Option<String>,
 }
 
 /// A dimension: a size, `-1` (dynamic), or a name (dynamic; equal names have equal sizes).
@@ -67,25 +76,61 @@ per tensor in the order forward() takes and returns them, e.g. \
 [[input]] name = \"features\", dtype = \"FP32\", shape = [\"batch\", 16] and \
 [[output]] name = \"score\", dtype = \"FP32\", shape = [\"batch\", 1]";
 
-/// The signature the tables declare; `None` when there are none. Errors name the table.
+/// The signature the tables declare, as clients see it; `None` unless both inputs and outputs
+/// are declared. Errors name the table.
 pub fn signature(
     inputs: &[DeclaredTensor],
     outputs: &[DeclaredTensor],
 ) -> Result<Option<Signature>, String> {
-    match (inputs.is_empty(), outputs.is_empty()) {
-        (true, true) => return Ok(None),
-        (false, true) => return Err("[[input]] is declared but no [[output]]".into()),
-        (true, false) => return Err("[[output]] is declared but no [[input]]".into()),
-        (false, false) => {}
+    declared_signature(inputs, outputs, Facing::Clients)
+}
+
+/// The signature the tables declare as the runtime takes it: each `reshape` in place of the
+/// shape clients use.
+pub fn runtime_signature(
+    inputs: &[DeclaredTensor],
+    outputs: &[DeclaredTensor],
+) -> Result<Option<Signature>, String> {
+    declared_signature(inputs, outputs, Facing::Runtime)
+}
+
+/// Which side of a `reshape` a signature describes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Facing {
+    Clients,
+    Runtime,
+}
+
+fn declared_signature(
+    inputs: &[DeclaredTensor],
+    outputs: &[DeclaredTensor],
+    facing: Facing,
+) -> Result<Option<Signature>, String> {
+    if let Some(input) = inputs.iter().find(|t| t.label_filename.is_some()) {
+        return Err(format!(
+            "[[input]] '{}': label_filename belongs to an output",
+            input.name
+        ));
+    }
+    let inputs = specs("input", inputs, facing)?;
+    let outputs = specs("output", outputs, facing)?;
+    // One side alone is a partial declaration, completed from the model file where it has
+    // a signature (see `contract`); it is no signature of its own.
+    if inputs.is_empty() || outputs.is_empty() {
+        return Ok(None);
     }
     Ok(Some(Signature {
         name: DEFAULT_SIGNATURE.to_owned(),
-        inputs: specs("input", inputs)?,
-        outputs: specs("output", outputs)?,
+        inputs,
+        outputs,
     }))
 }
 
-fn specs(table: &str, declared: &[DeclaredTensor]) -> Result<Vec<TensorSpec>, String> {
+fn specs(
+    table: &str,
+    declared: &[DeclaredTensor],
+    facing: Facing,
+) -> Result<Vec<TensorSpec>, String> {
     let mut names = HashSet::new();
     declared
         .iter()
@@ -103,26 +148,17 @@ fn specs(table: &str, declared: &[DeclaredTensor]) -> Result<Vec<TensorSpec>, St
                     tensor.dtype
                 ))
             })?;
-            let mut shape = Vec::with_capacity(tensor.shape.len());
-            let mut symbols = Vec::with_capacity(tensor.shape.len());
-            for dim in &tensor.shape {
-                match dim {
-                    DeclaredDim::Size(size) if *size >= -1 => {
-                        shape.push(*size);
-                        symbols.push(String::new());
-                    }
-                    DeclaredDim::Size(size) => {
-                        return Err(at(format!("dimension {size} must be a size, -1 or a name")))
-                    }
-                    DeclaredDim::Named(symbol) if symbol.is_empty() => {
-                        return Err(at("a named dimension needs a name".into()))
-                    }
-                    DeclaredDim::Named(symbol) => {
-                        shape.push(-1);
-                        symbols.push(symbol.clone());
-                    }
-                }
-            }
+            let (shape, symbols) = dims(&tensor.shape).map_err(&at)?;
+            let reshaped = tensor
+                .reshape
+                .as_deref()
+                .map(dims)
+                .transpose()
+                .map_err(|err| at(format!("reshape: {err}")))?;
+            let (shape, symbols) = match reshaped {
+                Some(runtime) if facing == Facing::Runtime => runtime,
+                _ => (shape, symbols),
+            };
             Ok(TensorSpec {
                 name: tensor.name.clone(),
                 dtype,
@@ -133,9 +169,34 @@ fn specs(table: &str, declared: &[DeclaredTensor]) -> Result<Vec<TensorSpec>, St
         .collect()
 }
 
+/// Sizes (`-1` where dynamic) and the name of each named dimension.
+fn dims(declared: &[DeclaredDim]) -> Result<(Vec<i64>, Vec<String>), String> {
+    let mut shape = Vec::with_capacity(declared.len());
+    let mut symbols = Vec::with_capacity(declared.len());
+    for dim in declared {
+        match dim {
+            DeclaredDim::Size(size) if *size >= -1 => {
+                shape.push(*size);
+                symbols.push(String::new());
+            }
+            DeclaredDim::Size(size) => {
+                return Err(format!("dimension {size} must be a size, -1 or a name"))
+            }
+            DeclaredDim::Named(symbol) if symbol.is_empty() => {
+                return Err("a named dimension needs a name".into())
+            }
+            DeclaredDim::Named(symbol) => {
+                shape.push(-1);
+                symbols.push(symbol.clone());
+            }
+        }
+    }
+    Ok((shape, symbols))
+}
+
 /// A dtype by its KServe / Triton name (`FP32`, also `TYPE_FP32` as in Triton's model
 /// configuration) or its lower-case name (`float32`).
-fn parse_dtype(text: &str) -> Option<DataType> {
+pub fn parse_dtype(text: &str) -> Option<DataType> {
     let kserve = text.strip_prefix("TYPE_").unwrap_or(text);
     DataType::ALL
         .into_iter()
@@ -151,6 +212,8 @@ mod tests {
             name: name.into(),
             dtype: dtype.into(),
             shape,
+            reshape: None,
+            label_filename: None,
         }
     }
 
@@ -176,8 +239,8 @@ mod tests {
     #[test]
     fn refuses_what_it_cannot_mean() {
         let x = || tensor("x", "FP32", vec![DeclaredDim::Size(1)]);
+        assert_eq!(signature(&[x()], &[]), Ok(None), "a partial declaration");
         let cases = [
-            (vec![x()], vec![], "no [[output]]"),
             (vec![x(), x()], vec![x()], "declared twice"),
             (
                 vec![tensor("x", "FP33", vec![])],

@@ -15,7 +15,7 @@ use super::scan::VersionFolder;
 use super::snapshot::{LoadedModel, VersionState};
 use super::{warmup, warmup_log};
 use crate::backend::Backend;
-use crate::batcher::{Batcher, Execution, Telemetry};
+use crate::batcher::{BatchSettings, Batcher, Execution, Telemetry};
 use crate::metrics::ModelEvent;
 use crate::stats::ModelStats;
 
@@ -107,10 +107,7 @@ impl ModelRepository {
                     self.residency.growth_sender(self.budget),
                     alive_tx,
                 ));
-                let batching = config
-                    .batching
-                    .clone()
-                    .unwrap_or_else(|| self.loader.default_batching.clone());
+                let batching = batch_settings(config, &self.loader.default_batching);
                 let stats = Arc::new(ModelStats::default());
                 let telemetry = Telemetry {
                     stats: stats.clone(),
@@ -173,5 +170,26 @@ impl ModelRepository {
                 Err(())
             }
         }
+    }
+}
+
+/// The batching of a model: its own `[batching]`, else the server's, which never merges past
+/// the model's `max_batch_size` (nor at all for a model without a batch dimension).
+fn batch_settings(config: &ModelConfig, server: &BatchSettings) -> BatchSettings {
+    if let Some(own) = &config.batching {
+        return own.clone();
+    }
+    match config.max_batch_size {
+        Some(max) if max < server.max_batch_size => BatchSettings {
+            max_batch_size: max,
+            preferred_batch_sizes: server
+                .preferred_batch_sizes
+                .iter()
+                .copied()
+                .filter(|&size| size <= max)
+                .collect(),
+            ..server.clone()
+        },
+        _ => server.clone(),
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::contract::contract;
 #[cfg(feature = "torch")]
 use super::declared::SIGNATURE_HELP;
 use super::model_config::ModelConfig;
@@ -28,6 +29,9 @@ pub struct Loader {
     /// Requests of a version whose runs take at most this long may run on the caller's
     /// thread when nothing is queued (see `batcher::Execution`); zero: never.
     pub inline_run_max: std::time::Duration,
+    /// Triton's `--strict-model-config`: a model must declare every input and output in its
+    /// configuration instead of having them completed from the model file.
+    pub strict_model_config: bool,
 }
 
 /// The most instances the automatic choice gives a version: each ONNX instance holds its own
@@ -70,14 +74,22 @@ impl Loader {
                 )));
             }
         }
-        match format {
+        let backend: Arc<dyn Backend> = match format {
             ModelFormat::Onnx => {
                 let instances = self.instances(config);
-                Ok(Arc::new(self.onnx.load_model(&path, threads, instances)?))
+                Arc::new(self.onnx.load_model(&path, threads, instances)?)
             }
-            ModelFormat::TorchScript => load_torch(&path, config, threads),
-            ModelFormat::SavedModel => load_saved_model(&path, threads),
-        }
+            ModelFormat::TorchScript => load_torch(&path, config, threads)?,
+            ModelFormat::SavedModel => load_saved_model(&path, threads)?,
+        };
+        let Some(file_signature) = backend.signatures().first() else {
+            return Err(load_error("the model file states no signature".into()));
+        };
+        // The version folder's parent is the model's folder, where labels files live.
+        let model_dir = folder.path.parent().unwrap_or(&folder.path);
+        let contract = contract(config, file_signature, model_dir, self.strict_model_config)
+            .map_err(load_error)?;
+        Ok(contract.bind(backend))
     }
 }
 
@@ -184,11 +196,15 @@ fn load_torch(
     threads: RuntimeThreads,
 ) -> Result<Arc<dyn Backend>, BackendError> {
     let load_error = |message: String| BackendError::load(path, message);
-    let signature = config.signature().map_err(load_error)?.ok_or_else(|| {
-        load_error(format!(
-            "a TorchScript file has no signature: {SIGNATURE_HELP}"
-        ))
-    })?;
+    // The runtime takes each declared `reshape`; the contract presents the clients' shapes.
+    let signature = config
+        .runtime_signature()
+        .map_err(load_error)?
+        .ok_or_else(|| {
+            load_error(format!(
+                "a TorchScript file has no signature: {SIGNATURE_HELP}"
+            ))
+        })?;
     Ok(Arc::new(crate::backend::torch::TorchModel::load(
         path, signature, threads,
     )?))

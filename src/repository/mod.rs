@@ -22,6 +22,7 @@ mod budget;
 mod charge;
 mod config_files;
 mod confine;
+mod contract;
 mod control;
 mod declared;
 mod error;
@@ -41,6 +42,7 @@ mod tfs_batching;
 mod tfs_config;
 mod trim;
 mod triton_config;
+mod triton_runtime;
 mod warmup;
 mod warmup_log;
 

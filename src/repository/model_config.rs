@@ -34,7 +34,8 @@
 //! ```
 //!
 //! Top-level keys: `model_filename = "ranker.onnx"` (the file looked for in each version
-//! folder, instead of `model.onnx`, `model.pt` or `saved_model.pb`) and `platform`.
+//! folder, instead of `model.onnx`, `model.pt` or `saved_model.pb`), `platform` and
+//! `max_batch_size` (Triton's: the largest batch a request may carry).
 //!
 //! Whichever file a setting came from, it ends here: config_files.rs reads `config.toml` into
 //! this type and lays it over what triton_config.rs made of a Triton `config.pbtxt` in the same
@@ -80,6 +81,15 @@ pub struct ModelConfig {
     /// The platform the model is for, in Triton's spelling (`onnxruntime_onnx`,
     /// `pytorch_libtorch`, `tensorflow_savedmodel`); checked against the file found.
     pub platform: Option<String>,
+    /// The largest batch (first dimension) one request may carry, as Triton's
+    /// `max_batch_size`: above 0, every declared shape starts with a batch dimension and a
+    /// larger request is refused; 0, the declared shapes are whole and nothing is batched.
+    /// Unset: no limit beyond `[batching]`'s.
+    pub max_batch_size: Option<usize>,
+    /// Whether the settings came (in part) from a Triton `config.pbtxt`, whose declared
+    /// inputs and outputs are a contract the model file must keep.
+    #[serde(skip)]
+    pub from_triton: bool,
     /// Settings found but not applied (from `config.pbtxt`), to be logged when the model
     /// loads.
     #[serde(skip)]
@@ -188,6 +198,14 @@ impl ModelConfig {
             batching
                 .validate()
                 .map_err(|err| format!("[batching]: {err}"))?;
+            if let Some(max) = self.max_batch_size {
+                if batching.max_batch_size > max.max(1) {
+                    return Err(format!(
+                        "[batching] max_batch_size {} is larger than the model's                          max_batch_size {max}, the largest batch it takes",
+                        batching.max_batch_size
+                    ));
+                }
+            }
         }
         self.policy()?;
         self.signature()?;
@@ -213,9 +231,14 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// The signature `[[input]]` / `[[output]]` declare, if they do.
+    /// The signature `[[input]]` / `[[output]]` declare, as clients see it, if they do.
     pub fn signature(&self) -> Result<Option<Signature>, String> {
         declared::signature(&self.input, &self.output)
+    }
+
+    /// The declared signature as the runtime takes it (each `reshape` applied).
+    pub fn runtime_signature(&self) -> Result<Option<Signature>, String> {
+        declared::runtime_signature(&self.input, &self.output)
     }
 
     /// The version policy, refusing a table that names none or several.

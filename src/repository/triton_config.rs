@@ -12,11 +12,14 @@
 //! | `dynamic_batching.preferred_batch_size` | `[batching] preferred_batch_sizes` |
 //! | `dynamic_batching.default_queue_policy.max_queue_size` | `[batching] max_queue_size` |
 //! | `dynamic_batching.priority_levels` | two levels at most (KServe `priority` 1 runs first) |
-//! | `input` / `output` (`name`, `data_type`, `dims`) | `[[input]]` / `[[output]]`, with a leading batch dimension when `max_batch_size > 0` |
+//! | `max_batch_size` | the largest batch a request may carry (`max_batch_size`), reported as set |
+//! | `input` / `output` (`name`, `data_type`, `dims`, `reshape`) | `[[input]]` / `[[output]]`, with a leading batch dimension when `max_batch_size > 0`; checked against the model file when it loads (see `contract`) |
+//! | `output.label_filename` | the labels of the classification extension |
 //! | `instance_group` (`count`, summed over groups) | `[instances] count` |
 //! | `version_policy` (`latest`, `all`, `specific`) | `[version_policy]` |
 //! | `default_model_filename` | the model file looked for in each version folder |
 //! | `platform` / `backend` | checked against the model file found |
+//! | `model_warmup`, `parameters`, `optimization` | see [`super::triton_runtime`] |
 //!
 //! Every other field that is set is named once in [`TritonConfig::ignored`], which the
 //! repository logs when it loads the model. `max_batch_size > 0` without `dynamic_batching`
@@ -27,6 +30,7 @@ use crate::textproto::{self, TextProtoError};
 
 use super::declared::{DeclaredDim, DeclaredTensor};
 use super::model_config::{InstancesConfig, ModelConfig, VersionPolicyTable};
+use super::triton_runtime;
 use crate::batcher::BatchSettings;
 
 /// The name of Triton's per-model configuration file.
@@ -79,35 +83,34 @@ impl TritonConfig {
         };
         let batch_dim = max_batch_size > 0;
         for input in &parsed.input {
-            if input.reshape.is_some() {
-                ignored.push(format!("input {}: reshape", input.name));
-            }
             if input.optional || input.allow_ragged_batch || input.is_shape_tensor {
                 ignored.push(format!(
                     "input {}: optional, allow_ragged_batch and is_shape_tensor",
                     input.name
                 ));
             }
-            config.input.push(declared(
-                &input.name,
-                input.data_type,
-                &input.dims,
-                batch_dim,
-            )?);
+            let mut tensor = declared(&input.name, input.data_type, &input.dims, batch_dim)?;
+            tensor.reshape = input
+                .reshape
+                .as_ref()
+                .map(|reshape| with_batch(&reshape.shape, batch_dim));
+            config.input.push(tensor);
         }
         for output in &parsed.output {
-            if output.reshape.is_some() {
-                ignored.push(format!("output {}: reshape", output.name));
-            }
-            if !output.label_filename.is_empty() {
-                ignored.push(format!("output {}: label_filename", output.name));
-            }
-            config.output.push(declared(
-                &output.name,
-                output.data_type,
-                &output.dims,
-                batch_dim,
-            )?);
+            let mut tensor = declared(&output.name, output.data_type, &output.dims, batch_dim)?;
+            tensor.reshape = output
+                .reshape
+                .as_ref()
+                .map(|reshape| with_batch(&reshape.shape, batch_dim));
+            tensor.label_filename =
+                (!output.label_filename.is_empty()).then(|| output.label_filename.clone());
+            config.output.push(tensor);
+        }
+        // Triton completes an unset max_batch_size from the model file along with the
+        // tensors; a file that declares its tensors states its batching with them.
+        let declares_tensors = !parsed.input.is_empty() || !parsed.output.is_empty();
+        if max_batch_size > 0 || declares_tensors {
+            config.max_batch_size = Some(max_batch_size);
         }
         if !parsed.instance_group.is_empty() {
             let count: i64 = parsed
@@ -126,6 +129,10 @@ impl TritonConfig {
                 );
             }
         }
+        config.warmup = triton_runtime::warmup(parsed, max_batch_size, &mut ignored);
+        config.runtime =
+            triton_runtime::runtime(parsed, &mut ignored).map_err(TritonConfigError::Invalid)?;
+        triton_runtime::optimization(parsed, &mut ignored);
         ignored.extend(unapplied(parsed));
         Ok(Self { config, ignored })
     }
@@ -259,16 +266,23 @@ fn declared(
         triton::DataType::TypeString => "BYTES".to_owned(),
         other => other.as_str_name().trim_start_matches("TYPE_").to_owned(),
     };
+    Ok(DeclaredTensor {
+        name: name.to_owned(),
+        dtype,
+        shape: with_batch(dims, batch_dim),
+        reshape: None,
+        label_filename: None,
+    })
+}
+
+/// `dims` as a whole shape: after a dynamic batch dimension when the model batches.
+fn with_batch(dims: &[i64], batch_dim: bool) -> Vec<DeclaredDim> {
     let mut shape = Vec::with_capacity(dims.len() + 1);
     if batch_dim {
         shape.push(DeclaredDim::Named("batch".into()));
     }
     shape.extend(dims.iter().map(|&d| DeclaredDim::Size(d)));
-    Ok(DeclaredTensor {
-        name: name.to_owned(),
-        dtype,
-        shape,
-    })
+    shape
 }
 
 /// The fields that are set and have no counterpart here.
@@ -277,13 +291,8 @@ fn unapplied(parsed: &triton::ModelConfig) -> Vec<String> {
         ("runtime", !parsed.runtime.is_empty()),
         ("batch_input", !parsed.batch_input.is_empty()),
         ("batch_output", !parsed.batch_output.is_empty()),
-        ("optimization", parsed.optimization.is_some()),
         ("cc_model_filenames", !parsed.cc_model_filenames.is_empty()),
         ("metric_tags", !parsed.metric_tags.is_empty()),
-        (
-            "model_warmup (use [warmup] in config.toml)",
-            !parsed.model_warmup.is_empty(),
-        ),
         ("model_operations", parsed.model_operations.is_some()),
         (
             "model_transaction_policy",
@@ -296,16 +305,10 @@ fn unapplied(parsed: &triton::ModelConfig) -> Vec<String> {
         ("response_cache", parsed.response_cache.is_some()),
         ("model_metrics", parsed.model_metrics.is_some()),
     ];
-    let mut ignored: Vec<String> = set
-        .iter()
+    set.iter()
         .filter(|(_, is_set)| *is_set)
         .map(|(name, _)| (*name).to_owned())
-        .collect();
-    if !parsed.parameters.is_empty() {
-        let names: Vec<&str> = parsed.parameters.keys().map(String::as_str).collect();
-        ignored.push(format!("parameters ({})", names.join(", ")));
-    }
-    ignored
+        .collect()
 }
 
 #[cfg(test)]
@@ -381,7 +384,7 @@ mod tests {
             name: "other"
             optimization { graph { level: 1 } }
             parameters { key: "threads" value { string_value: "4" } }
-            model_warmup [ { name: "w" batch_size: 1 } ]
+            model_warmup [ { name: "w" batch_size: 1 }, { name: "second" } ]
             input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] reshape { shape: [ 1, 2 ] } } ]
             "#,
         )?;
@@ -391,10 +394,15 @@ mod tests {
             "optimization",
             "parameters (threads)",
             "model_warmup",
-            "reshape",
         ] {
             assert!(ignored.contains(field), "{field} in {ignored}");
         }
+        // A reshape is applied, not ignored.
+        assert!(!ignored.contains("reshape"), "{ignored}");
+        assert_eq!(
+            triton.config.input.first().and_then(|t| t.reshape.clone()),
+            Some(vec![DeclaredDim::Size(1), DeclaredDim::Size(2)])
+        );
         Ok(())
     }
 

@@ -174,6 +174,20 @@ impl Tensor {
         }
     }
 
+    /// The same elements under another shape with as many elements (Triton's `reshape`):
+    /// the data is shared, not copied.
+    pub fn reshaped(self, shape: Vec<usize>) -> Result<Self, DecodeError> {
+        let count = element_count(&shape)?;
+        if count != self.element_count() {
+            return Err(DecodeError::ElementCountMismatch {
+                shape,
+                expected: count,
+                actual: self.element_count(),
+            });
+        }
+        Ok(Self { shape, ..self })
+    }
+
     /// Splits the tensor into its parts.
     pub fn into_parts(self) -> (DataType, Vec<usize>, TensorData) {
         (self.dtype, self.shape, self.data)

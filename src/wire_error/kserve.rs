@@ -36,8 +36,13 @@ pub enum InferRequestError {
     OutputNotObject,
     #[error("output '{0}': binary_data must be a boolean")]
     BinaryDataNotBoolean(String),
-    #[error("output '{0}': the classification extension is not supported")]
-    ClassificationUnsupported(String),
+    #[error("output '{0}': classification must be a positive integer (the number of classes)")]
+    ClassificationCount(String),
+    #[error("output '{output}': classification needs numeric scores, the output is {datatype}")]
+    ClassificationNotNumeric {
+        output: String,
+        datatype: &'static str,
+    },
     // gRPC: where each input's data comes from.
     #[error("input '{0}' gives both contents and a shared-memory region")]
     ContentsAndSharedMemory(String),

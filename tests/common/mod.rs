@@ -122,6 +122,7 @@ impl TestServer {
             metrics: metrics.clone(),
             instances: 1,
             inline_run_max,
+            strict_model_config: false,
         };
         let mut repository = ModelRepository::new(&repo_path(models), loader);
         if let Some(decorate) = decorate {

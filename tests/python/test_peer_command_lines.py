@@ -80,8 +80,9 @@ def test_triton_explicit_mode_loads_the_named_model_then_others_on_request(tmp_p
         assert not client.is_model_ready("two_tower")
         client.load_model("two_tower")
         assert client.is_model_ready("two_tower")
-        warning = [l for l in server.log().splitlines() if "accepted but not applied" in l]
-        assert len(warning) == 1 and "--strict-model-config" in warning[0], server.log()
+        # Every flag of the line is applied (--strict-model-config=false completes the
+        # examples' signatures from their model files, as Triton does).
+        assert "accepted but not applied" not in server.log(), server.log()
     finally:
         server.stop()
 

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::classification::classify;
 use super::codec;
 use super::raw_input::raw_input;
 use super::request::{InferRequest, InferResponse, InputData, InputRequest, OutputResult, ShmRef};
@@ -54,10 +55,13 @@ pub async fn infer(
             let output_filter = request.outputs.iter().map(|o| o.name.clone()).collect();
             // Outputs bound for shared memory are offered to the runtime to write in place.
             let mut output_targets = Vec::with_capacity(request.outputs.len());
+            // A classified output is not the runtime's: its classes are written afterwards.
             for output in &request.outputs {
-                output_targets.push(match &output.shm {
-                    Some(target) => output_window(service, &output.name, target, peer, &mut used)?,
-                    None => None,
+                output_targets.push(match (&output.shm, output.classification) {
+                    (Some(target), None) => {
+                        output_window(service, &output.name, target, peer, &mut used)?
+                    }
+                    _ => None,
                 });
             }
             Ok(Decoded {
@@ -74,8 +78,21 @@ pub async fn infer(
     check_intact(&used)?;
     let result = result?;
     let mut outputs = Vec::with_capacity(result.outputs.len());
+    let backend = &result.model.backend;
     for (name, tensor) in result.outputs {
         let wanted = request.outputs.iter().find(|o| o.name == name);
+        let tensor = match wanted.and_then(|o| o.classification) {
+            Some(count) => {
+                let labels = backend.labels(&name);
+                // Rows are batch rows when the model has a batch dimension: as its
+                // configuration says, else when the output has more than one dimension.
+                let batched = backend
+                    .max_batch_size()
+                    .map_or(tensor.shape().len() > 1, |max| max > 0);
+                classify(&name, &tensor, count, labels.as_deref(), batched)?
+            }
+            None => tensor,
+        };
         let shm = wanted.and_then(|o| o.shm.clone());
         if let Some(target) = &shm {
             write_output(service, &name, &tensor, target, peer)?;

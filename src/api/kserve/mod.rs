@@ -11,9 +11,10 @@
 //! above `ModelInfer`, the stream and their parameters. What both transports share sits here,
 //! beneath both and importing neither: the request and response types ([`request`]),
 //! parameters ([`params`]), tensor contents ([`codec`], [`raw_input`]), model metadata and
-//! configuration ([`model_info`]), statistics ([`statistics`]) and the infer path itself
-//! ([`infer()`]).
+//! configuration ([`model_info`]), statistics ([`statistics`]), the classification extension
+//! ([`classification`]) and the infer path itself ([`infer()`]).
 
+mod classification;
 pub mod codec;
 pub mod grpc;
 pub mod http;

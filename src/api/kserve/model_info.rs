@@ -43,9 +43,15 @@ fn backend_name(platform: &str) -> &str {
     }
 }
 
-/// `max_batch_size` as Triton reports it: 0 without a batch dimension, the dynamic batcher's
-/// limit with batching on, and [`UNBATCHED_MAX_BATCH_SIZE`] otherwise.
+/// `max_batch_size` as Triton reports it: the configuration's where it states one, else 0
+/// without a batch dimension, the dynamic batcher's limit with batching on, and
+/// [`UNBATCHED_MAX_BATCH_SIZE`] otherwise.
 fn reported_max_batch_size(model: &LoadedModel, batchable: bool) -> i32 {
+    // The configuration's own figure (config.pbtxt's max_batch_size), which requests are
+    // held to, wins over anything derived.
+    if let Some(max) = model.backend.max_batch_size() {
+        return i32::try_from(max).unwrap_or(i32::MAX);
+    }
     let policy = model.batcher.policy();
     match (batchable, policy.batching_enabled()) {
         (false, _) => 0,
@@ -132,7 +138,10 @@ pub async fn model_config(
         .resolve_loading(name, VersionSelector::from_kserve(version)?, context)
         .await?;
     let sig = default_signature(&model)?;
-    let batch = batchable(sig);
+    let batch = model
+        .backend
+        .max_batch_size()
+        .map_or_else(|| batchable(sig), |max| max > 0);
     let dims = |spec: &TensorSpec| {
         spec.shape
             .iter()

@@ -60,6 +60,8 @@ pub struct OutputRequest {
     /// Return the data in the binary extension (HTTP only).
     pub binary: bool,
     pub shm: Option<ShmRef>,
+    /// The classification extension: return this many best classes instead of the scores.
+    pub classification: Option<usize>,
 }
 
 #[derive(Debug)]

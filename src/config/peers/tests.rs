@@ -149,9 +149,9 @@ fn the_known_refused_flags_now_start() -> Result<(), ConfigError> {
     assert_eq!(args.models.model_poll_secs, 0);
     assert_eq!(args.observability.log_level, LogLevel::Debug);
     assert_eq!(args.observability.readiness, Readiness::Any);
+    assert!(!args.models.strict_model_config);
     let warning = args.not_applied_warning().unwrap_or_default();
     for flag in [
-        "--strict-model-config",
         "--backend-config",
         "--metrics-interval-ms",
         "--model-load-thread-count",
@@ -159,6 +159,13 @@ fn the_known_refused_flags_now_start() -> Result<(), ConfigError> {
         assert!(warning.contains(flag), "{flag}: {warning}");
     }
     assert!(!warning.contains("--exit-on-error"), "{warning}");
+    assert!(!warning.contains("--strict-model-config"), "{warning}");
+    let strict = serve(&[
+        "tritonserver",
+        "--model-repository={dir}",
+        "--disable-auto-complete-config",
+    ])?;
+    assert!(strict.models.strict_model_config);
 
     let tf_serving = [
         "tensorflow_model_server",

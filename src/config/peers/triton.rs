@@ -12,6 +12,7 @@ pub const TRANSLATED: &[&str] = &[
     "model-store",
     "model-repository",
     "exit-on-error",
+    "disable-auto-complete-config",
     "strict-readiness",
     "model-control-mode",
     "repository-poll-secs",
@@ -43,6 +44,9 @@ pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
     listeners(given, out)?;
     keepalive(given, out);
     logging(given, out)?;
+    if given.contains("disable-auto-complete-config") {
+        out.set("strict-model-config", "true");
+    }
     if let Some(strict) = given.bool("strict-readiness") {
         out.set("readiness", if strict { "all" } else { "any" });
     }

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 
 use super::params::params;
+use crate::api::kserve::classification::class_count;
 use crate::api::kserve::codec;
 use crate::api::kserve::infer::infer;
 use crate::api::kserve::params::scheduling_params;
@@ -84,8 +85,10 @@ fn decode_request(
         .outputs
         .into_iter()
         .map(|output| {
+            let output_params = params(&output.parameters);
             Ok(OutputRequest {
-                shm: ShmRef::from_params(&params(&output.parameters))?,
+                shm: ShmRef::from_params(&output_params)?,
+                classification: class_count(&output.name, &output_params)?,
                 name: output.name,
                 binary: false,
             })

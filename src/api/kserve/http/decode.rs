@@ -12,6 +12,7 @@ use super::lift::{lift, Lifted};
 use super::support::{params, string_field};
 use crate::api::json;
 use crate::api::json::decode::{decode_flat, decode_flat_unparsed};
+use crate::api::kserve::classification::class_count;
 use crate::api::kserve::codec;
 use crate::api::kserve::params::{param_bool, scheduling_params, Param, Params};
 use crate::api::kserve::raw_input::raw_input;
@@ -291,13 +292,11 @@ fn decode_output(output: &Value, all_binary: bool) -> Result<OutputRequest, Erro
         Some(_) => return Err(InferRequestError::BinaryDataNotBoolean(name).into()),
         None => all_binary,
     };
-    if output_params.contains_key("classification") {
-        return Err(InferRequestError::ClassificationUnsupported(name).into());
-    }
     Ok(OutputRequest {
+        classification: class_count(&name, &output_params)?,
+        shm: ShmRef::from_params(&output_params)?,
         name,
         binary,
-        shm: ShmRef::from_params(&output_params)?,
     })
 }
 
