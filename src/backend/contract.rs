@@ -56,7 +56,7 @@ impl Reshape {
         } else if fixed == 0 {
             (elements == 0).then_some(0)?
         } else {
-            (elements % fixed == 0).then(|| elements / fixed)?
+            elements.is_multiple_of(fixed).then(|| elements / fixed)?
         };
         let mut out = Vec::with_capacity(self.dims.len() + 1);
         out.extend(batch);

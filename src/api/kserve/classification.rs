@@ -37,7 +37,7 @@ pub fn classify(
         (true, Some(&rows)) => (rows, vec![rows]),
         _ => (1, Vec::new()),
     };
-    let per_row = if rows == 0 { 0 } else { scores.len() / rows };
+    let per_row = scores.len().checked_div(rows).unwrap_or(0);
     let kept = count.min(per_row);
     let mut strings = Vec::with_capacity(rows.saturating_mul(kept));
     let mut order: Vec<usize> = Vec::with_capacity(per_row);
