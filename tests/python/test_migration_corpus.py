@@ -13,7 +13,8 @@ For every entry of tests/migration/manifest.json, on one server started from a t
   not apply, and the entry's own expected warnings are named in the server's log.
 
 With MIGRATION_OBSERVATIONS=DIR set, what each entry did is written to DIR/<id>.json, from
-which scripts/migration_table.py writes docs/MIGRATION.md.
+which scripts/migration_table.py writes docs/MIGRATION.md. An aspect an entry's `known_bugs`
+names (start, models, clients, log) is a strict expected failure, with the bug as its reason.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def started(request, tmp_path_factory):
     try:
         server = start_server(None, root / "server.log", args, program=[str(server_binary()), peer_of(entry)])
     except ServerStartError as err:
+        if "start" in entry.get("known_bugs", {}):
+            pytest.xfail(f"known bug: {entry['known_bugs']['start']}")
         pytest.fail(str(err), pytrace=False)
     state = Started(entry, root / "files", args, server)
     try:
@@ -99,7 +102,9 @@ def refusal_text(started: Started, name: str, spec: dict) -> str:
             said = str(err)
         finally:
             client.close()
-    return "\n".join([said, *[l for l in log_lines_about(started.server.log(), name) if " ERROR " in l or " WARN " in l]])
+    lines = [l for l in log_lines_about(started.server.log(), name) if " ERROR " in l or " WARN " in l]
+    # The folder's own path is left out: the message must name the reason, not the path.
+    return "\n".join([said, *lines]).replace(str(started.root), "<folder>")
 
 
 def is_ready(started: Started, name: str) -> bool:
@@ -117,7 +122,16 @@ def is_ready(started: Started, name: str) -> bool:
         client.close()
 
 
-def test_each_model_serves_or_is_refused_as_its_peer_would(started):
+def expect_known_bug(request, started: Started, aspect: str) -> None:
+    """An aspect the manifest records as failing for a known server bug is expected to fail,
+    strictly: once the bug is fixed the test says so, and the note comes out of the manifest."""
+    bug = started.entry.get("known_bugs", {}).get(aspect)
+    if bug:
+        request.node.add_marker(pytest.mark.xfail(reason=f"known bug: {bug}", strict=True))
+
+
+def test_each_model_serves_or_is_refused_as_its_peer_would(request, started):
+    expect_known_bug(request, started, "models")
     wrong = []
     for name, spec in started.entry["models"].items():
         seen = started.model(name)
@@ -144,7 +158,8 @@ def test_each_model_serves_or_is_refused_as_its_peer_would(started):
     assert not wrong, "\n".join(wrong)
 
 
-def test_clients_get_the_answers_the_peer_gives(started):
+def test_clients_get_the_answers_the_peer_gives(request, started):
+    expect_known_bug(request, started, "clients")
     wrong = []
     for name, spec in started.entry["models"].items():
         if spec["expect"] != "serves":
@@ -164,7 +179,8 @@ def test_clients_get_the_answers_the_peer_gives(started):
     assert not wrong, "\n".join(wrong)
 
 
-def test_nothing_set_is_dropped_without_a_log_line(started):
+def test_nothing_set_is_dropped_without_a_log_line(request, started):
+    expect_known_bug(request, started, "log")
     log = started.server.log()
     warned = [line for line in log.splitlines() if " WARN " in line]
     missing = [w for w in started.entry.get("warnings", []) if not any(w in line for line in warned)]
