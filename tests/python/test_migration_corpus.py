@@ -189,6 +189,8 @@ def test_nothing_set_is_dropped_without_a_log_line(request, started):
     started.observed["flags_warned"] = flags
     missing += [f"flag {flag}" for flag in flags if flag not in flags_line]
     for name, spec in started.entry["models"].items():
+        started.model(name)["config_warning"] = " ".join(
+            line.split("ignored=", 1)[1] for line in log_lines_about(log, name) if "ignored=" in line)
         folder = model_folder(started.root, name)
         if spec["expect"] != "serves" or folder is None:
             continue
