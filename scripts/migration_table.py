@@ -26,8 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "python"))
-from migration_corpus import (CORPUS, manifest, read_config, unapplied_fields,  # noqa: E402
-                              APPLIED_FIELDS)
+from migration_corpus import APPLIED_FIELDS, CORPUS, manifest, read_config, unapplied_fields  # noqa: E402
 
 ASPECTS = {"test_each_model_serves_or_is_refused_as_its_peer_would": "models",
            "test_clients_get_the_answers_the_peer_gives": "clients",
@@ -105,7 +104,7 @@ def laid_out(entry: dict, name: str) -> Path:
 
 
 def text_fields(path: Path) -> list[str]:
-    return sorted(set(re.findall(r"^\s*([a-z_]+)\s*[:{]", path.read_text(), re.M)))
+    return sorted(set(re.findall(r"^\s*([a-z_]+)\s*[:{]", path.read_text(), re.MULTILINE)))
 
 
 def describe(name: str, entry: dict, seen: dict) -> dict:

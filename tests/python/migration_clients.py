@@ -15,6 +15,7 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+from tritonclient.grpc import model_config_pb2
 
 from migration_corpus import read_config
 from tfs import make_ndarray, make_tensor_proto
@@ -40,7 +41,6 @@ def declared_inputs(folder: Path, http) -> tuple[list[tuple[str, str, list[int]]
     config = read_config(folder / "config.pbtxt")
     if config.input:
         batch = [min(2, config.max_batch_size)] if config.max_batch_size > 0 else []
-        from tritonclient.grpc import model_config_pb2
 
         def spec(t):
             dims = [FREE_DIM if d < 0 else d for d in t.dims]

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import requests
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -42,7 +43,8 @@ NOT_APPLIED = "accepted but not applied"
 
 @functools.cache
 def backends() -> set[str]:
-    out = subprocess.run([str(server_binary()), "--version"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([str(server_binary()), "--version"], capture_output=True, text=True,
+                         timeout=60, check=False)
     found = re.search(r"backends: ([\w,]+)", out.stdout + out.stderr)
     return set(found.group(1).split(",")) if found else set()
 
@@ -111,7 +113,6 @@ def is_ready(started: Started, name: str) -> bool:
     if peer_of(started.entry) == "tensorflow_model_server" and started.server.rest_url == "http://off":
         return True  # judged by Predict alone
     if peer_of(started.entry) == "tensorflow_model_server":
-        import requests
         status = requests.get(f"{started.server.rest_url}/v1/models/{name}", timeout=30)
         return status.status_code == 200 and any(
             v["state"] == "AVAILABLE" for v in status.json().get("model_version_status", []))
@@ -173,7 +174,7 @@ def test_clients_get_the_answers_the_peer_gives(request, started):
                 seen["client"] = tfs_predict(started.server.grpc_target, started.server.rest_url, name, spec)
             else:
                 seen["client"] = ["ready only (no request: the peer's scheduler supplies inputs)"]
-        except (AssertionError, InferenceServerException, Exception) as err:  # noqa: BLE001 - reported per model
+        except Exception as err:  # noqa: BLE001 - each model's failure is reported, then the next runs
             seen["client_error"] = str(err).splitlines()[0][:300]
             wrong.append(f"{name}: {type(err).__name__}: {err}")
     assert not wrong, "\n".join(wrong)
