@@ -121,7 +121,7 @@ def describe(name: str, entry: dict, seen: dict) -> dict:
         row["applied"] = ", ".join(f for f in set_fields if f in APPLIED_FIELDS)
         silent = ([f for f in unapplied_fields(config) if f not in model["fields_warned"]]
                   if "fields_warned" in model else [])
-        row["warned"] = "; ".join(filter(None, [model.get("config_warning", ""),
+        row["warned"] = "; ".join(filter(None, [sorted_parameters(model.get("config_warning", "")),
                                                  "not named: " + ", ".join(silent) if silent else ""]))
         row["refused"] = model.get("said", "").splitlines()[-1].split("error=", 1)[-1][:200] if model.get("outcome") == "refused" else ""
         row["client"] = "; ".join(model.get("client", [])) or model.get("client_error", "")
@@ -137,6 +137,12 @@ def describe(name: str, entry: dict, seen: dict) -> dict:
     else:
         row["outcome"] = "model data" if "labels" not in path.name else "labels"
     return row
+
+
+def sorted_parameters(text: str) -> str:
+    """The server names a config's parameters in no fixed order; the table sorts them."""
+    return re.sub(r"parameters \(([^)]*)\)",
+                  lambda m: "parameters (" + ", ".join(sorted(m.group(1).split(", "))) + ")", text)
 
 
 def cell(text: str) -> str:
