@@ -3,7 +3,9 @@
 //! dtype and a compatible shape (after `reshape`), every input of the file is declared, and a
 //! model that batches (`max_batch_size > 0`) has a dynamic first dimension. A contradiction is
 //! a load error naming the tensor and the field. What is not declared is completed from the
-//! file, unless `--strict-model-config` asks for everything to be declared.
+//! file, unless `--strict-model-config` asks for everything to be declared; a `config.pbtxt`
+//! that declares neither tensors nor `max_batch_size` gets Triton's completed
+//! `max_batch_size` of [`AUTOCOMPLETED_MAX_BATCH_SIZE`] when the file batches.
 
 use std::path::{Component, Path};
 use std::sync::Arc;
@@ -35,9 +37,13 @@ pub fn contract(
             file.output_names()
         ));
     }
-    let batched = config.max_batch_size.map(|max| max > 0);
+    let max_batch_size = match config.max_batch_size {
+        None if config.from_triton && batchable(file) => Some(AUTOCOMPLETED_MAX_BATCH_SIZE),
+        set => set,
+    };
+    let batched = max_batch_size.map(|max| max > 0);
     let mut contract = Contract {
-        max_batch_size: config.max_batch_size,
+        max_batch_size,
         ..Contract::default()
     };
     let inputs = tensors(source, "input", &config.input, &file.inputs, batched)?;
@@ -83,6 +89,19 @@ pub fn contract(
         contract.signature = Some(declared);
     }
     Ok(contract)
+}
+
+/// What Triton completes an unset `max_batch_size` to, for a model whose file batches (its
+/// `default-max-batch-size`), turning dynamic batching on with it (see `load`).
+pub const AUTOCOMPLETED_MAX_BATCH_SIZE: usize = 4;
+
+/// Whether every tensor of a signature starts with a dynamic dimension: a batch, to Triton.
+fn batchable(signature: &Signature) -> bool {
+    signature
+        .inputs
+        .iter()
+        .chain(&signature.outputs)
+        .all(|spec| spec.shape.first() == Some(&-1))
 }
 
 /// The specs clients see for one side of the signature: the declared tensors, each checked

@@ -107,7 +107,8 @@ impl ModelRepository {
                     self.residency.growth_sender(self.budget),
                     alive_tx,
                 ));
-                let batching = batch_settings(config, &self.loader.default_batching);
+                let batching =
+                    batch_settings(config, backend.max_batch_size(), &self.loader.default_batching);
                 let stats = Arc::new(ModelStats::default());
                 let telemetry = Telemetry {
                     stats: stats.clone(),
@@ -173,11 +174,27 @@ impl ModelRepository {
     }
 }
 
-/// The batching of a model: its own `[batching]`, else the server's, which never merges past
-/// the model's `max_batch_size` (nor at all for a model without a batch dimension).
-fn batch_settings(config: &ModelConfig, server: &BatchSettings) -> BatchSettings {
+/// The batching of a model: its own `[batching]`; else, for a `config.pbtxt` whose
+/// `max_batch_size` was completed from the model file (`contract`), dynamic batching up to it
+/// with it preferred, as Triton completes it; else the server's, which never merges past the
+/// model's `max_batch_size` (nor at all for a model without a batch dimension).
+fn batch_settings(
+    config: &ModelConfig,
+    contracted: Option<usize>,
+    server: &BatchSettings,
+) -> BatchSettings {
     if let Some(own) = &config.batching {
         return own.clone();
+    }
+    match (config.max_batch_size, contracted) {
+        (None, Some(completed)) if config.from_triton && completed > 1 => {
+            return BatchSettings {
+                max_batch_size: completed,
+                preferred_batch_sizes: vec![completed],
+                ..server.clone()
+            }
+        }
+        _ => {}
     }
     match config.max_batch_size {
         Some(max) if max < server.max_batch_size => BatchSettings {

@@ -61,6 +61,13 @@ impl Loader {
     ) -> Result<Arc<dyn Backend>, BackendError> {
         let threads = config.runtime.threads(self.threads);
         let load_error = |message: String| BackendError::load(&folder.path, message);
+        if let Some(platform) = &config.platform {
+            if ModelFormat::from_platform(platform).is_none() {
+                return Err(load_error(format!(
+                    "the configuration names platform or backend '{platform}', which is not                      served here: tensorport runs onnxruntime_onnx (onnxruntime),                      pytorch_libtorch (pytorch) and tensorflow_savedmodel (tensorflow) models"
+                )));
+            }
+        }
         let (format, path) = locate(&folder.path, config).map_err(load_error)?;
         if let Some(platform) = &config.platform {
             if platform != format.platform() {

@@ -83,6 +83,14 @@ impl TritonConfig {
         };
         let batch_dim = max_batch_size > 0;
         for input in &parsed.input {
+            if input.format != triton::model_input::Format::None as i32 {
+                ignored.push(format!(
+                    "input {}: format {} (tensors are passed as laid out; dims say the shape)",
+                    input.name,
+                    triton::model_input::Format::try_from(input.format)
+                        .map_or("unknown", |f| f.as_str_name())
+                ));
+            }
             if input.optional || input.allow_ragged_batch || input.is_shape_tensor {
                 ignored.push(format!(
                     "input {}: optional, allow_ragged_batch and is_shape_tensor",
@@ -148,8 +156,13 @@ fn batching(
     let dynamic = match &parsed.scheduling_choice {
         Some(SchedulingChoice::DynamicBatching(dynamic)) => dynamic,
         Some(SchedulingChoice::SequenceBatching(_)) => {
-            ignored.push("sequence_batching".into());
-            return Ok(None);
+            // Serving a stateful model without its sequence scheduler (which routes a
+            // sequence to one instance and feeds the control inputs) would answer wrongly.
+            return Err(TritonConfigError::Invalid(
+                "sequence_batching: stateful sequence models are not served (no sequence \
+                 scheduler feeds their control inputs or keeps a sequence on one instance)"
+                    .into(),
+            ));
         }
         Some(SchedulingChoice::EnsembleScheduling(_)) => {
             return Err(TritonConfigError::Invalid(

@@ -34,7 +34,10 @@ TRITON_PORTS = ("--http-port", "--grpc-port", "--metrics-port")
 # What config.pbtxt says that Triton applies and tensorport maps (README, "config.pbtxt"):
 # anything else a file sets must be named in the log.
 APPLIED_FIELDS = {"name", "platform", "backend", "max_batch_size", "input", "output",
-                  "dynamic_batching", "instance_group", "version_policy", "default_model_filename"}
+                  "dynamic_batching", "instance_group", "version_policy", "default_model_filename",
+                  "model_warmup"}
+# The ONNX Runtime backend's parameters tensorport applies ([runtime] threads).
+APPLIED_PARAMETERS = {"intra_op_thread_count", "inter_op_thread_count"}
 APPLIED_TENSOR_FIELDS = {"name", "data_type", "dims", "reshape", "label_filename"}
 APPLIED_BATCHING_FIELDS = {"preferred_batch_size", "max_queue_delay_microseconds",
                            "default_queue_policy", "priority_levels"}
@@ -142,6 +145,8 @@ def read_config(path: Path) -> model_config_pb2.ModelConfig:
 def unapplied_fields(config: model_config_pb2.ModelConfig) -> list[str]:
     """What a config.pbtxt sets beyond what tensorport applies: each must be in the log."""
     fields = [f.name for f, _ in config.ListFields() if f.name not in APPLIED_FIELDS]
+    if set(config.parameters) <= APPLIED_PARAMETERS and "parameters" in fields:
+        fields.remove("parameters")
     for tensor in [*config.input, *config.output]:
         fields += [f.name for f, _ in tensor.ListFields() if f.name not in APPLIED_TENSOR_FIELDS]
     if config.HasField("dynamic_batching"):
