@@ -91,6 +91,7 @@ impl ModelConfig {
             model_filename: self.model_filename.or(base.model_filename),
             platform: self.platform.or(base.platform),
             ignored: triton.ignored,
+            mlserver: self.mlserver,
         }
     }
 

@@ -99,8 +99,10 @@ pub async fn model_metadata(
     let versions = record
         .versions
         .iter()
-        .filter(|(_, state)| matches!(state, VersionState::Available(_)))
-        .map(|(v, _)| v.to_string())
+        .filter_map(|(_, state)| match state {
+            VersionState::Available(loaded) => Some(loaded.reported_version()),
+            _ => None,
+        })
         .collect();
     Ok(ModelMetadata {
         name: model.name.to_string(),
