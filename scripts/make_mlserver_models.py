@@ -84,39 +84,39 @@ def iris() -> onnx.GraphProto:
     )
 
 
-def copy_settings(source: str, folder: Path, name: str = "model-settings.json") -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(CORPUS / source, folder / name)
+# Each model folder: where it goes under FOLDER, the settings file it copies from the corpus,
+# and the files beside it (ONNX graphs, or stand-ins for files this server refuses to run).
+LAYOUT = [
+    ("models/mnist-svm", "seldonio/docs/examples/mms/models/mnist-svm",
+     {"model.onnx": mnist_svm}),
+    ("models/mushroom-xgboost", "seldonio/docs/examples/mms/models/mushroom-xgboost",
+     {"model.json": '{"learner": "an XGBoost model would be here"}\n'}),
+    ("testdata/sum-model", "seldonio/tests/testdata", {"model.onnx": sum_model}),
+    ("benchmarking/models/iris", "seldonio/benchmarking/testserver/models/iris",
+     {"model.onnx": iris}),
+    ("users/mlserver-example", "ashrafgt-seldon-mlserver-example",
+     {"model.json": '{"weights": [1, 2, 3]}\n'}),
+    ("users/sentiment-analysis", "dudeperf3ct-15-mlserver-deploy",
+     {"model-store/config.json": '{"architectures": []}\n'}),
+]
 
 
 def build(folder: Path) -> Path:
     """Writes the whole layout into `folder` (created if need be) and returns it."""
-    copy_settings("seldonio/tests/testdata/settings-custom-md-repo.json", folder, "settings.json")
-
-    mnist = folder / "models" / "mnist-svm"
-    copy_settings("seldonio/docs/examples/mms/models/mnist-svm/model-settings.json", mnist)
-    save(mnist_svm(), mnist / "model.onnx")
-
-    mushroom = folder / "models" / "mushroom-xgboost"
-    copy_settings("seldonio/docs/examples/mms/models/mushroom-xgboost/model-settings.json", mushroom)
-    (mushroom / "model.json").write_text('{"learner": "an XGBoost model would be here"}\n')
-
-    summed = folder / "testdata" / "sum-model"
-    copy_settings("seldonio/tests/testdata/model-settings.json", summed)
-    save(sum_model(), summed / "model.onnx")
-
-    iris_folder = folder / "benchmarking" / "models" / "iris"
-    copy_settings("seldonio/benchmarking/testserver/models/iris/model-settings.json", iris_folder)
-    save(iris(), iris_folder / "model.onnx")
-
-    example = folder / "users" / "mlserver-example"
-    copy_settings("ashrafgt-seldon-mlserver-example/model-settings.json", example)
-    (example / "model.json").write_text('{"weights": [1, 2, 3]}\n')
-
-    sentiment = folder / "users" / "sentiment-analysis"
-    copy_settings("dudeperf3ct-15-mlserver-deploy/model-settings.json", sentiment)
-    (sentiment / "model-store").mkdir(exist_ok=True)
-    (sentiment / "model-store" / "config.json").write_text('{"architectures": []}\n')
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(CORPUS / "seldonio/tests/testdata/settings-custom-md-repo.json",
+                    folder / "settings.json")
+    for place, source, files in LAYOUT:
+        model = folder / place
+        model.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CORPUS / source / "model-settings.json", model / "model-settings.json")
+        for name, content in files.items():
+            path = model / name
+            if callable(content):
+                save(content(), path)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(content)
     return folder
 
 

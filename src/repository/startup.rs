@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::mlserver_layout::holds_mlserver_models;
 use super::{
     check_model_name, holds_one_model, read_model_config_file, resolve_trusted, served_models,
     ConfineError, ModelConfigFileError, ModelRepository, RepositoryError, ServedModel,
 };
-use super::mlserver_layout::holds_mlserver_models;
 
 /// Where the models come from, as the flags name them.
 #[derive(Debug, Clone, PartialEq)]

@@ -98,8 +98,8 @@ pub async fn model_metadata(
     let record = snapshot.model(name)?;
     let versions = record
         .versions
-        .iter()
-        .filter_map(|(_, state)| match state {
+        .values()
+        .filter_map(|state| match state {
             VersionState::Available(loaded) => Some(loaded.reported_version()),
             _ => None,
         })

@@ -138,6 +138,7 @@ pub fn command() -> Command {
         .subcommands(others)
         .about("tensorport, reading Seldon MLServer's command line and settings files")
         .disable_version_flag(true)
+        .arg_required_else_help(true)
         .arg(
             Arg::new("version")
                 .long("version")

@@ -149,7 +149,8 @@ fn bad_settings_are_refused_naming_the_file_or_variable() -> Result<(), Box<dyn 
     assert!(error
         .unwrap_or_default()
         .contains("settings.json: grpc_port: must be a port"));
-    let error = folder
+    let plain = Folder::new("bad-env", None)?;
+    let error = plain
         .start(&["mlserver"], &[("MLSERVER_HTTP_PORT", "http")])
         .err()
         .map(|e| e.to_string());
