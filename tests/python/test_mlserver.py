@@ -51,6 +51,17 @@ def with_bad_folders(folder: Path) -> Path:
     escape.mkdir(parents=True)
     (escape / "model-settings.json").write_text(
         json.dumps({"name": "escape", "parameters": {"uri": "../../secret.onnx"}}))
+    unsafe = folder / "bad" / "unsafe"
+    unsafe.mkdir(parents=True)
+    (unsafe / "model-settings.json").write_text(json.dumps({"name": "../../etc"}))
+    shutil.copyfile(folder / "models" / "mnist-svm" / "model.onnx", unsafe / "model.onnx")
+    # The iris file's input is FP32: settings describing it otherwise fail its load.
+    mismatch = folder / "bad" / "mismatch"
+    mismatch.mkdir(parents=True)
+    (mismatch / "model-settings.json").write_text(json.dumps(
+        {"name": "mismatch", "inputs": [{"name": "input-0", "datatype": "INT64", "shape": [-1, 4]}]}))
+    shutil.copyfile(folder / "benchmarking" / "models" / "iris" / "model.onnx",
+                    mismatch / "model.onnx")
     return folder
 
 
@@ -133,13 +144,18 @@ def test_mlserver_folder_serves_by_name_and_version_name(tmp_path, any_ports):
             "sentiment-analysis": "models.SentimentModel is Python code of its own",
             "malformed": "line 4 column 0",
             "escape": "parameters.uri '../../secret.onnx' does not name a file or folder inside",
+            "unsafe": "name: model name '../../etc' is not a plain name",
+            "mismatch": "describes input 'input-0' as INT64, but the model file's is FP32",
         }
         for name, reason in refused.items():
             assert entries[name]["state"] == "UNAVAILABLE", entries[name]
             assert reason in entries[name]["reason"], entries[name]
             assert "model-settings.json" in entries[name]["reason"], entries[name]
-        for name in ("mnist-svm", "sum-model", "iris"):
+            assert str(tmp_path) not in entries[name]["reason"], entries[name]
+        for name, version in (("mnist-svm", "v0.1.0"), ("sum-model", "v1.2.3"), ("iris", "1")):
             assert entries[name]["state"] == "READY", entries[name]
+            assert entries[name]["version"] == version, entries[name]
+        assert grpc.get_model_metadata("sum-model").versions == ["v1.2.3"]
 
         metrics = METRICS_RE.search(server.log())
         assert metrics, server.log()

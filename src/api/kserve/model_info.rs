@@ -312,7 +312,10 @@ pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEn
             }
             entries.push(IndexEntry {
                 name: record.name.clone(),
-                version: version.to_string(),
+                version: match state_of {
+                    VersionState::Available(loaded) => loaded.reported_version(),
+                    _ => version.to_string(),
+                },
                 state,
                 reason,
                 memory_bytes,
