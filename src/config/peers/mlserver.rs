@@ -41,7 +41,7 @@ const PORTS: [(&str, &str); 3] = [
 
 /// MLServer's other settings (mlserver/settings.py's `Settings`), with what this server does
 /// instead. Settings outside this list are named too, as unknown to MLServer.
-const NOT_APPLIED: [(&str, &str); 24] = [
+const NOT_APPLIED: [(&str, &str); 23] = [
     ("server_name", "the server metadata names tensorport"),
     (
         "server_version",
@@ -70,10 +70,6 @@ const NOT_APPLIED: [(&str, &str); 24] = [
     (
         "model_repository_implementation_args",
         "the models are the folder's model-settings.json folders",
-    ),
-    (
-        "load_models_at_startup",
-        "every model loads at start (--startup-models names fewer)",
     ),
     ("extensions", "no Python extensions"),
     ("root_path", "routes are served at the root"),
@@ -156,7 +152,9 @@ pub fn command() -> Command {
                 .after_help(
                     "Applied: http_port, grpc_port, metrics_port (defaults 8080, 8081, 8082), \
                      host, debug (--log-level=debug), use_structured_logging \
-                     (--log-format=json), metrics_endpoint (/metrics only). The others are \
+                     (--log-format=json), load_models_at_startup (false: --startup-models=, \
+                     the repository API loads them), metrics_endpoint (/metrics only). The \
+                     others are \
                      accepted and named in one warning at start.",
                 ),
         )
@@ -251,7 +249,9 @@ fn apply(settings: &Settings, out: &mut Translated) -> Result<(), ConfigError> {
             }
             "debug" if boolean(value, at)? => out.set("log-level", "debug"),
             "use_structured_logging" if boolean(value, at)? => out.set("log-format", "json"),
-            "debug" | "use_structured_logging" => {}
+            // MLServer then loads models only through the repository API, as here.
+            "load_models_at_startup" if !boolean(value, at)? => out.set("startup-models", ""),
+            "debug" | "use_structured_logging" | "load_models_at_startup" => {}
             "metrics_endpoint" => match value.as_str() {
                 Some("/metrics") => {}
                 _ => out.not_applied_setting(at, "metrics are served at /metrics"),

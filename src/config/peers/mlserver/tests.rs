@@ -94,6 +94,9 @@ fn settings_json_sets_ports_host_and_debug_and_names_the_rest(
             "{setting}: {named:?}"
         );
     }
+    let lazy = Folder::new("lazy", Some(r#"{"load_models_at_startup": false}"#))?;
+    let args = lazy.start(&["mlserver"], &[])?;
+    assert_eq!(args.models.startup_models(), Some(Vec::new()));
     let example = Folder::new("example", Some(EXAMPLE_SETTINGS))?;
     let args = example.start(&["mlserver"], &[])?;
     assert_eq!(
