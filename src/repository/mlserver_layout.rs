@@ -1,7 +1,8 @@
 //! Which folders of a scanned model directory are models, where MLServer's layout may be
 //! among them: a folder holding `model-settings.json` is one model, named by that file,
-//! wherever it sits (MLServer finds them with `**/model-settings.json`); the directory itself
-//! may be one. Any other folder directly under the directory is a model folder of this
+//! wherever it sits (MLServer finds them with `**/model-settings.json`; here up to
+//! [`MAX_SETTINGS_DEPTH`] folders down, and not inside a model folder of this server's own
+//! layout); the directory itself may be one. Any other folder directly under the directory is a model folder of this
 //! server's own layout, named by the folder.
 //!
 //! A name claimed twice (two settings files, or a settings file and a folder) serves neither:
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use super::mlserver_settings::{
     self, claimed_name, folder_name, MlserverModel, MLSERVER_SETTINGS_FILE,
 };
-use super::scan::{subfolders, ScanError};
+use super::scan::{scan_model, subfolders, ScanError};
 
 /// How deep under a top-level folder settings files are looked for: MLServer's examples nest
 /// them two levels down (`models/<name>/model-settings.json`, or Triton's
@@ -45,7 +46,11 @@ pub(super) fn model_folders(root: &Path) -> Result<Vec<ModelFolder>, ScanError> 
     let mut found = Vec::new();
     for (name, path) in subfolders(root)? {
         let mut nested = Vec::new();
-        settings_folders(&path, 0, &mut nested);
+        // A model folder of this server's layout (version folders, or its model file) is
+        // not searched: polls stay as cheap as before for repositories without MLServer's.
+        if path.join(MLSERVER_SETTINGS_FILE).is_file() || !is_model_folder(&path) {
+            settings_folders(&path, 0, &mut nested);
+        }
         if nested.is_empty() {
             found.push(ModelFolder {
                 name,
@@ -57,6 +62,10 @@ pub(super) fn model_folders(root: &Path) -> Result<Vec<ModelFolder>, ScanError> 
         }
     }
     Ok(claimed_once(found))
+}
+
+fn is_model_folder(path: &Path) -> bool {
+    scan_model(path).is_ok_and(|versions| !versions.is_empty())
 }
 
 /// The folders at or under `dir` holding a settings file; a folder that holds one is a model,
@@ -157,6 +166,10 @@ mod tests {
             std::env::temp_dir().join(format!("tensorport-mls-layout-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         write(&root.join("plain/1/model.onnx"), "onnx")?;
+        write(
+            &root.join("plain/1/extra/model-settings.json"),
+            r#"{"name": "hidden"}"#,
+        )?;
         write(
             &root.join("models/deep/iris/model-settings.json"),
             r#"{"name": "iris-v2", "implementation": "mlserver_onnx.OnnxModel"}"#,
