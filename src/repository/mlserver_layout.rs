@@ -127,10 +127,16 @@ fn claimed_once(found: Vec<ModelFolder>) -> Vec<ModelFolder> {
                 .map(|folder| claimant(folder).display().to_string())
                 .collect();
             let path = folders.first().map(|folder| folder.path.clone())?;
+            let fix = if are_versions(&folders) {
+                "they are versions of one model, of which this server serves one folder: keep \
+                 the folder of the version to serve"
+            } else {
+                "neither serves until one is renamed (the name field of model-settings.json, \
+                 or the folder's name)"
+            };
             Some(ModelFolder {
                 mlserver: Some(Err(format!(
-                    "model name '{name}' is claimed by {}: neither serves until one is renamed \
-                     (the name field of model-settings.json, or the folder's name)",
+                    "model name '{name}' is claimed by {}: {fix}",
                     claimants.join(" and ")
                 ))),
                 name,
@@ -138,6 +144,26 @@ fn claimed_once(found: Vec<ModelFolder>) -> Vec<ModelFolder> {
             })
         })
         .collect()
+}
+
+/// Whether the folders are MLServer's versions of one model (Triton's layout,
+/// `<name>/<version>/model-settings.json`): each reads, with its own `parameters.version`.
+fn are_versions(folders: &[ModelFolder]) -> bool {
+    let mut versions = Vec::new();
+    for folder in folders {
+        let Some(Ok(model)) = &folder.mlserver else {
+            return false;
+        };
+        let version = match &model.config.mlserver.version_name {
+            Some(name) => name.clone(),
+            None => model.version.version.to_string(),
+        };
+        if versions.contains(&version) {
+            return false;
+        }
+        versions.push(version);
+    }
+    true
 }
 
 /// What claims a folder's name: its settings file, or the folder itself.
@@ -185,12 +211,20 @@ mod tests {
             r#"{"name": "plain"}"#,
         )?;
         write(&root.join("clash/model.onnx"), "onnx")?;
+        for version in ["v1", "v2"] {
+            let dir = root.join("versioned").join(version);
+            write(
+                &dir.join("model-settings.json"),
+                &format!(r#"{{"name": "versioned", "parameters": {{"version": "{version}"}}}}"#),
+            )?;
+            write(&dir.join("model.onnx"), "onnx")?;
+        }
         let found = model_folders(&root);
         std::fs::remove_dir_all(&root)?;
         let found = found?;
 
         let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(names, ["iris-v2", "plain", "twin"]);
+        assert_eq!(names, ["iris-v2", "plain", "twin", "versioned"]);
         let iris = found[0].mlserver.as_ref().ok_or("iris has settings")?;
         let iris = iris.as_ref().map_err(|e| e.clone())?;
         assert!(iris.version.path.ends_with("models/deep/iris"));
@@ -200,6 +234,8 @@ mod tests {
             };
             assert!(error.contains("is claimed by"), "{error}");
             assert_eq!(error.matches(" and ").count(), 1, "{error}");
+            let versions = clashed.name == "versioned";
+            assert_eq!(error.contains("versions of one model"), versions, "{error}");
         }
         let Some(Err(plain)) = &found[1].mlserver else {
             return Err("plain is refused".into());
