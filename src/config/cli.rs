@@ -1,6 +1,7 @@
 //! The command line: `tensorport serve` and its flags, read once in `main`, with the gaps
 //! filled from the `--config` file, then checked for a model source.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -9,7 +10,10 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use super::error::ConfigError;
 use super::file::file_arguments;
-use super::peers::{peer_command_line, translate, PeerCommandLine, Translated};
+use super::peers::{
+    mlserver_command_line, peer_command_line, translate, translate_mlserver, Translated,
+    MLSERVER_ENV_PREFIX,
+};
 use super::serve_args::ServeArgs;
 
 #[derive(Debug, Parser)]
@@ -17,9 +21,11 @@ use super::serve_args::ServeArgs;
     name = "tensorport",
     version = crate::build_info::VERSION,
     about = crate::build_info::ABOUT,
-    after_help = "Triton's and TF Serving's command lines run as they are: tensorport tritonserver \
-                  [FLAGS] or tensorport tensorflow_model_server [FLAGS] (or this binary run \
-                  under either name, as a symlink), with their defaults."
+    after_help = "Triton's, TF Serving's and MLServer's command lines run as they are: \
+                  tensorport tritonserver [FLAGS], tensorport tensorflow_model_server [FLAGS] or \
+                  tensorport mlserver start FOLDER (which reads FOLDER/settings.json, its \
+                  model-settings.json folders and MLSERVER_* variables), or this binary run \
+                  under any of those names (as a symlink), with their defaults."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -56,14 +62,27 @@ impl Cli {
     /// Parses `args` (including the program name), filling gaps from the `--config` file. A
     /// Triton or TF Serving command line (see `peers`) is read as that server reads it.
     pub fn parse_from_args(args: Vec<OsString>) -> Result<Self, ConfigError> {
+        let mlserver_env = std::env::vars()
+            .filter(|(name, _)| name.starts_with(MLSERVER_ENV_PREFIX))
+            .collect();
+        Self::parse_with_mlserver_env(args, &mlserver_env)
+    }
+
+    /// [`Self::parse_from_args`], with MLServer's `MLSERVER_*` variables given.
+    pub fn parse_with_mlserver_env(
+        args: Vec<OsString>,
+        mlserver_env: &BTreeMap<String, String>,
+    ) -> Result<Self, ConfigError> {
+        if let Some(args) = mlserver_command_line(&args) {
+            return Self::parse_peer(translate_mlserver(args, mlserver_env)?);
+        }
         match peer_command_line(&args) {
-            Some(line) => Self::parse_peer(line),
+            Some(line) => Self::parse_peer(translate(line)?),
             None => Self::parse_ours(args, &Translated::default()),
         }
     }
 
-    fn parse_peer(line: PeerCommandLine) -> Result<Self, ConfigError> {
-        let translated = translate(line)?;
+    fn parse_peer(translated: Translated) -> Result<Self, ConfigError> {
         if translated.show_version {
             // clap's own answer to --version, printed to stdout with exit status 0.
             let shown = Self::command().try_get_matches_from(["tensorport", "--version"]);

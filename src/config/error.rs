@@ -35,6 +35,9 @@ pub enum ConfigError {
     ApiKeys(#[from] ApiKeysError),
     #[error("--{flag}: {why}")]
     PeerRefused { flag: String, why: String },
+    /// `setting` names the file and field, or the environment variable.
+    #[error("mlserver start: {setting}: {why}")]
+    MlserverRefused { setting: String, why: String },
     #[error("{file}: cannot read the line '{line}' (NAME KIND ACTION [NOTE])")]
     PeerTable { file: &'static str, line: String },
 }

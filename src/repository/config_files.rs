@@ -103,6 +103,7 @@ impl ModelConfig {
             max_batch_size: self.max_batch_size.or(base.max_batch_size),
             from_triton: true,
             ignored: triton.ignored,
+            mlserver: self.mlserver,
         }
     }
 

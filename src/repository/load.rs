@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 
 use super::charge::{Charged, MemoryCharge};
 use super::lifecycle::ModelRepository;
+use super::mlserver_settings::{check_signature, MLSERVER_SETTINGS_FILE};
 use super::model_config::{ModelConfig, WarmupConfig};
 use super::scan::VersionFolder;
 use super::snapshot::{LoadedModel, VersionState};
@@ -45,6 +46,13 @@ impl ModelRepository {
                 "config.pbtxt sets fields this server does not apply"
             );
         }
+        if !config.mlserver.ignored.is_empty() {
+            tracing::warn!(
+                model,
+                ignored = %config.mlserver.ignored.join("; "),
+                "{MLSERVER_SETTINGS_FILE} sets fields this server does not apply"
+            );
+        }
         self.set_state(model, folder.version, VersionState::Loading);
         let (explicit, warmup) = match &config.warmup {
             Some(warmup) => (true, warmup.clone()),
@@ -66,6 +74,7 @@ impl ModelRepository {
         let loaded = tokio::task::spawn_blocking(move || {
           measure.measure(&task_folder.path, || {
             let backend = loader.load(&task_folder, &task_config).map_err(|err| err.to_string())?;
+            check_signature(backend.signatures(), &task_config.mlserver)?;
             let backend = match &decorate {
                 Some(decorate) => decorate(&name, backend),
                 None => backend,
@@ -124,6 +133,7 @@ impl ModelRepository {
                 let loaded = LoadedModel {
                     name: Arc::from(model),
                     version: folder.version,
+                    version_name: config.mlserver.version_name.as_deref().map(Arc::from),
                     backend,
                     batcher,
                     stats,

@@ -14,7 +14,9 @@
 //!   residency.rs (loads in progress, use order, refusals), loader.rs (folder -> backend),
 //!   charge.rs, budget.rs, confine.rs, scan.rs, warmup.rs, warmup_log.rs.
 //! - Settings: config_files.rs reads config.toml over triton_config.rs's reading of a
-//!   config.pbtxt, both into model_config.rs's one typed config; startup.rs, tfs_config.rs and
+//!   config.pbtxt, both into model_config.rs's one typed config; mlserver_settings.rs reads
+//!   MLServer's model-settings.json over those, and mlserver_layout.rs finds MLServer's model
+//!   folders in a scanned directory; startup.rs, tfs_config.rs and
 //!   tfs_batching.rs read TF Serving's start-up files.
 
 mod admin;
@@ -29,6 +31,8 @@ mod error;
 mod lifecycle;
 mod load;
 mod loader;
+mod mlserver_layout;
+mod mlserver_settings;
 mod model_config;
 mod on_demand;
 mod reconcile;
@@ -60,9 +64,10 @@ pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
 pub use error::{RepositoryError, ResidencyError};
 pub use lifecycle::{BackendDecorator, ModelRepository};
 pub use loader::{Loader, MAX_AUTOMATIC_INSTANCES};
+pub use mlserver_settings::{MlserverSettingsError, MLSERVER_SETTINGS_FILE};
 pub use model_config::{
-    InstancesConfig, LifecycleConfig, ModelConfig, ReloadMode, VersionPolicy, WarmupConfig,
-    MAX_INSTANCES, MODEL_CONFIG_FILE,
+    InstancesConfig, LifecycleConfig, MlserverExtras, ModelConfig, ReloadMode, VersionPolicy,
+    WarmupConfig, MAX_INSTANCES, MODEL_CONFIG_FILE,
 };
 pub use scan::{
     holds_one_model, is_flat, model_file_in, parse_version, scan_model, subfolders, ScanError,

@@ -94,6 +94,23 @@ pub struct ModelConfig {
     /// loads.
     #[serde(skip)]
     pub ignored: Vec<String>,
+    /// What only an MLServer `model-settings.json` says (see `mlserver_settings`).
+    #[serde(skip)]
+    pub mlserver: MlserverExtras,
+}
+
+/// The parts of an MLServer `model-settings.json` that have no place in the shared sections.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MlserverExtras {
+    /// `parameters.version` when it is a name (`v0.1.0`) rather than a number: clients may
+    /// ask for it in place of the version number, and answers report it as the version.
+    pub version_name: Option<String>,
+    /// `inputs` / `outputs` for a model file that carries its own signature: the file must
+    /// agree with them (a TorchScript file takes them as its signature instead).
+    pub inputs: Vec<DeclaredTensor>,
+    pub outputs: Vec<DeclaredTensor>,
+    /// Fields the file sets that this server does not apply, named when a version loads.
+    pub ignored: Vec<String>,
 }
 
 /// The most instances a version may have: each ONNX instance is a session with its own copy of

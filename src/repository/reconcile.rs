@@ -10,9 +10,39 @@ use std::time::Duration;
 
 use super::control::{fingerprint, Control, Fingerprint, ServedModel};
 use super::lifecycle::ModelRepository;
+use super::mlserver_layout::model_folders;
+use super::mlserver_settings::{self, MlserverModel};
 use super::model_config::{ModelConfig, ReloadMode, VersionPolicy};
-use super::scan::{scan_model, subfolders, ScanError, VersionFolder, EXPECTED_LAYOUT};
+use super::scan::{scan_model, ScanError, VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION};
 use super::snapshot::{ModelRecord, Residence, VersionState};
+
+/// The version folders of a model folder of this server's own layout.
+fn versions_of(path: &Path) -> Result<Vec<VersionFolder>, ScanError> {
+    match scan_model(path) {
+        Ok(versions) => Ok(versions),
+        // A model whose folder vanished has no versions: it unloads.
+        Err(_) if !path.exists() => Ok(Vec::new()),
+        Err(err) => Err(err),
+    }
+}
+
+/// An MLServer model folder's one version and settings. Refused settings still give the
+/// folder a version, so that the repository index shows why it does not serve.
+fn mlserver_source(
+    path: &Path,
+    settings: Result<MlserverModel, String>,
+) -> (Vec<VersionFolder>, Result<ModelConfig, String>) {
+    match settings {
+        Ok(model) => (vec![model.version], Ok(model.config)),
+        Err(error) => (
+            vec![VersionFolder {
+                version: FLAT_VERSION,
+                path: path.to_path_buf(),
+            }],
+            Err(error),
+        ),
+    }
+}
 
 /// A model as found on disk, with its settings.
 struct Source {
@@ -84,26 +114,51 @@ impl ModelRepository {
                 .values()
                 .map(|m| (m.name.clone(), m.path.clone(), Some(m)))
                 .collect(),
-            None => subfolders(&self.dir)?
-                .into_iter()
-                .map(|(name, path)| (name, path, None))
-                .collect(),
+            None => return self.scanned_sources(),
         };
         let mut sources = Vec::with_capacity(listed.len());
         for (name, path, served) in listed {
-            let versions = match scan_model(&path) {
-                Ok(versions) => versions,
-                // A listed model whose folder vanished has no versions: it unloads.
-                Err(_) if !path.exists() => Vec::new(),
-                Err(err) => return Err(err),
+            // A listed folder may be MLServer's: its settings apply, the list names it.
+            let mlserver = mlserver_settings::read(&path)
+                .map_err(|err| err.to_string())
+                .transpose();
+            let (versions, config) = match mlserver {
+                Some(settings) => mlserver_source(&path, settings),
+                None => (
+                    versions_of(&path)?,
+                    ModelConfig::load(&path).map_err(|err| err.to_string()),
+                ),
             };
             sources.push(Source {
-                config: ModelConfig::load(&path).map_err(|err| err.to_string()),
+                config,
                 policy_override: served.and_then(|m| m.policy.clone()),
                 labels_override: served.and_then(|m| m.labels.clone()),
                 name,
                 path,
                 versions,
+            });
+        }
+        Ok(sources)
+    }
+
+    /// The models of the scanned directory, MLServer's model folders among them.
+    fn scanned_sources(&self) -> Result<Vec<Source>, ScanError> {
+        let mut sources = Vec::new();
+        for folder in model_folders(&self.dir)? {
+            let (versions, config) = match folder.mlserver {
+                Some(settings) => mlserver_source(&folder.path, settings),
+                None => (
+                    versions_of(&folder.path)?,
+                    ModelConfig::load(&folder.path).map_err(|err| err.to_string()),
+                ),
+            };
+            sources.push(Source {
+                name: folder.name,
+                path: folder.path,
+                versions,
+                config,
+                policy_override: None,
+                labels_override: None,
             });
         }
         Ok(sources)

@@ -19,6 +19,9 @@ pub struct LoadedModel {
     /// answered without copying the name.
     pub name: Arc<str>,
     pub version: u64,
+    /// The version's name where its settings give one (MLServer's `parameters.version`,
+    /// `v0.1.0`): answers report it in place of the number, as MLServer does.
+    pub version_name: Option<Arc<str>>,
     /// Tells the lifecycle, when the last holder (the batcher included) drops it, that the
     /// version's session is gone (see `charge::Charged`).
     pub backend: Arc<dyn Backend>,
@@ -37,6 +40,14 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
+    /// The version as answers report it: its name, else its number.
+    pub fn reported_version(&self) -> String {
+        match &self.version_name {
+            Some(name) => name.to_string(),
+            None => self.version.to_string(),
+        }
+    }
+
     /// The bytes it is charged now.
     pub fn memory_bytes(&self) -> u64 {
         self.memory.bytes()

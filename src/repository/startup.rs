@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::mlserver_layout::holds_mlserver_models;
 use super::{
     check_model_name, holds_one_model, read_model_config_file, resolve_trusted, served_models,
     ConfineError, ModelConfigFileError, ModelRepository, RepositoryError, ServedModel,
@@ -81,7 +82,9 @@ impl ModelSource {
             return one_model(model_dir, model_name, base, "--model-base-path");
         }
         let dir = model_dir.ok_or(StartupError::Nothing)?;
-        if dir.is_file() || holds_one_model(dir) {
+        // MLServer's folder (`mlserver start FOLDER`, model-settings.json files in or under
+        // it) is scanned: the settings name the models.
+        if dir.is_file() || (holds_one_model(dir) && !holds_mlserver_models(dir)) {
             let source = one_model(None, model_name, dir, "--model-dir")?;
             if let ModelList::One { name, .. } = &source.models {
                 tracing::info!(

@@ -107,6 +107,7 @@ pub async fn infer(
     Ok(InferResponse {
         model_name: result.model.name.clone(),
         model_version: result.model.version,
+        model_version_name: result.model.version_name.clone(),
         id: request.id,
         outputs,
         memory: charge.held,

@@ -104,9 +104,11 @@ pub async fn model_metadata(
     let record = snapshot.model(name)?;
     let versions = record
         .versions
-        .iter()
-        .filter(|(_, state)| matches!(state, VersionState::Available(_)))
-        .map(|(v, _)| v.to_string())
+        .values()
+        .filter_map(|state| match state {
+            VersionState::Available(loaded) => Some(loaded.reported_version()),
+            _ => None,
+        })
         .collect();
     Ok(ModelMetadata {
         name: model.name.to_string(),
@@ -319,7 +321,10 @@ pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEn
             }
             entries.push(IndexEntry {
                 name: record.name.clone(),
-                version: version.to_string(),
+                version: match state_of {
+                    VersionState::Available(loaded) => loaded.reported_version(),
+                    _ => version.to_string(),
+                },
                 state,
                 reason,
                 memory_bytes,

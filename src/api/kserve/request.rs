@@ -97,6 +97,9 @@ pub struct InferResponse {
     /// and only the protobuf message needs a `String` of its own.
     pub model_name: Arc<str>,
     pub model_version: u64,
+    /// The version's name where its settings give one (`v0.1.0`), reported in place of the
+    /// number.
+    pub model_version_name: Option<Arc<str>>,
     pub id: String,
     pub outputs: Vec<OutputResult>,
     /// The request's charge for its decoded inputs, held until this is encoded.

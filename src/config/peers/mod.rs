@@ -9,8 +9,11 @@
 //! - `command`: a peer's value syntax, parsed by a clap command built from its list.
 //! - `triton`, `tfserving`: the flags whose values need translating, and the peers' defaults.
 //! - `translated`: what a command line comes to.
+//! - `mlserver`: Seldon MLServer's `mlserver start FOLDER`, whose settings are files and
+//!   environment variables rather than flags.
 
 mod command;
+mod mlserver;
 mod table;
 mod tfserving;
 mod translated;
@@ -21,6 +24,9 @@ use std::path::Path;
 
 use super::aliases::Peer;
 use super::error::ConfigError;
+pub use mlserver::{
+    mlserver_command_line, translate as translate_mlserver, ENV_PREFIX as MLSERVER_ENV_PREFIX,
+};
 pub use table::{peer_flags, Action, Kind, PeerFlag};
 pub use translated::{NotApplied, Translated};
 

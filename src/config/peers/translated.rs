@@ -58,6 +58,14 @@ impl Translated {
         });
     }
 
+    /// A setting of a peer's settings file or environment, named as it was given.
+    pub fn not_applied_setting(&mut self, setting: &str, instead: &'static str) {
+        self.not_applied.push(NotApplied {
+            flag: setting.to_owned(),
+            instead,
+        });
+    }
+
     /// Our command-line arguments for the flags set.
     pub fn arguments(&self) -> Vec<String> {
         self.set.iter().map(argument).collect()

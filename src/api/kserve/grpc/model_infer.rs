@@ -140,7 +140,10 @@ fn encode_response(response: InferResponse) -> pb::ModelInferResponse {
     }
     pb::ModelInferResponse {
         model_name: response.model_name.to_string(),
-        model_version: response.model_version.to_string(),
+        model_version: match &response.model_version_name {
+            Some(name) => name.to_string(),
+            None => response.model_version.to_string(),
+        },
         id: response.id,
         parameters: Default::default(),
         outputs,

@@ -173,13 +173,19 @@ pub(super) fn encode_response(response: &InferResponse) -> Result<Response, Erro
     let mut blobs: Vec<Bytes> = Vec::new();
     json.extend_from_slice(b"{\"model_name\":");
     write_json_str(&mut json, &response.model_name);
-    json.extend_from_slice(b",\"model_version\":\"");
-    json.extend_from_slice(
-        itoa::Buffer::new()
-            .format(response.model_version)
-            .as_bytes(),
-    );
-    json.push(b'"');
+    json.extend_from_slice(b",\"model_version\":");
+    match &response.model_version_name {
+        Some(name) => write_json_str(&mut json, name),
+        None => {
+            json.push(b'"');
+            json.extend_from_slice(
+                itoa::Buffer::new()
+                    .format(response.model_version)
+                    .as_bytes(),
+            );
+            json.push(b'"');
+        }
+    }
     if !response.id.is_empty() {
         json.extend_from_slice(b",\"id\":");
         write_json_str(&mut json, &response.id);
