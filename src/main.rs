@@ -52,7 +52,11 @@ fn main() -> ExitCode {
     };
     let Command::Serve(args) = cli.command;
     // Before logging starts: the log writer counts the lines it drops in a metric.
-    let metrics = Arc::new(Metrics::new());
+    let metrics = match args.observability.peer_metric_names {
+        true => Metrics::new(),
+        false => Metrics::new().without_peer_names(),
+    };
+    let metrics = Arc::new(metrics);
     init_logging(
         args.observability.log_format,
         args.observability.log_level,
@@ -307,6 +311,23 @@ fn batching_defaults(args: &ServeArgs) -> Result<(BatchSettings, usize), String>
         tracing::warn!(
             ignored = %tfs.ignored.join(", "),
             "--batching-parameters-file sets fields this server does not apply"
+        );
+    }
+    for capped in &tfs.capped {
+        tracing::warn!(
+            field = capped.field,
+            given = %capped.given.map_or_else(|| "past 2^64".to_owned(), |v| v.to_string()),
+            applied = capped.applied,
+            "--batching-parameters-file: lowered to {}",
+            capped.limit
+        );
+    }
+    if let Some(instances) = tfs.instances {
+        tracing::warn!(
+            num_batch_threads = instances,
+            "--batching-parameters-file: num_batch_threads is not a shared pool here; each \
+             model version without settings of its own runs up to this many batches at once, \
+             each on an instance of its own (a copy of the model's session in memory)"
         );
     }
     tracing::info!(

@@ -35,6 +35,12 @@ pub enum ConfigError {
     ApiKeys(#[from] ApiKeysError),
     #[error("--{flag}: {why}")]
     PeerRefused { flag: String, why: String },
+    #[error("--{flag}: {path}: {why}")]
+    PeerFile {
+        flag: &'static str,
+        path: PathBuf,
+        why: String,
+    },
     #[error("{file}: cannot read the line '{line}' (NAME KIND ACTION [NOTE])")]
     PeerTable { file: &'static str, line: String },
 }

@@ -13,6 +13,8 @@
 //!   `tensorport tensorflow_model_server ...`, or a symlink of either name), with their
 //!   defaults.
 //! - `file`: the `--config` file read as extra arguments.
+//! - `monitoring`, `ssl`: TF Serving's `--monitoring_config_file` and `--ssl_config_file`,
+//!   read into the metrics path and the TLS settings.
 //! - `error`: `ConfigError`, the one error of this layer.
 
 mod aliases;
@@ -22,6 +24,7 @@ mod compatibility;
 mod error;
 mod file;
 mod models;
+mod monitoring;
 mod network;
 mod observability;
 mod overload;
@@ -29,6 +32,7 @@ mod peers;
 mod security;
 mod serve_args;
 mod shared_memory;
+mod ssl;
 
 pub use aliases::{spellings_of, Peer, PeerSpelling, PEER_SPELLINGS};
 pub use batching::BatchingArgs;
