@@ -81,6 +81,15 @@ pub enum TlsError {
     Verifier(#[from] rustls::server::VerifierBuilderError),
     #[error("--tls-cert / --tls-key: {0}")]
     Config(#[from] rustls::Error),
+    /// The certificate does not go with the key, or rustls cannot read it (it takes X.509 v3
+    /// certificates only).
+    #[error("--tls-cert {} with --tls-key {}: {source}", cert.display(), key.display())]
+    CertifiedKey {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
 }
 
 fn certificates(flag: &'static str, pem: &Pem) -> Result<Vec<CertificateDer<'static>>, TlsError> {
@@ -148,7 +157,14 @@ impl Tls {
                 builder.with_client_cert_verifier(verifier)
             }
         };
-        let config = builder.with_single_cert(chain, key)?;
+        let config =
+            builder
+                .with_single_cert(chain, key)
+                .map_err(|source| TlsError::CertifiedKey {
+                    cert: files.cert.origin(),
+                    key: files.key.origin(),
+                    source,
+                })?;
         Ok(Self {
             config: Arc::new(config),
         })
