@@ -16,6 +16,7 @@ use super::network::NetworkArgs;
 use super::observability::ObservabilityArgs;
 use super::overload::OverloadArgs;
 use super::peers::NotApplied;
+use super::platform::{self, PlatformSettings};
 use super::security::SecurityArgs;
 use super::shared_memory::SharedMemoryArgs;
 use super::ssl;
@@ -169,6 +170,15 @@ impl ServeArgs {
             "accepted but not applied, tensorport does this instead: {}",
             each.join("; ")
         ))
+    }
+
+    /// What --platform-config-file says, read and checked (`None` without one).
+    pub fn platform_settings(&self) -> Result<Option<PlatformSettings>, ConfigError> {
+        self.compatibility
+            .platform_config_file
+            .as_deref()
+            .map(platform::read)
+            .transpose()
     }
 
     /// The shared-memory registry's limits these flags describe.

@@ -94,8 +94,9 @@ impl TfsBatching {
         })
     }
 
-    /// The mapping of the table above.
-    fn from_parameters(p: BatchingParameters) -> Result<Self, String> {
+    /// The mapping of the table above (also for the `batching_parameters` of a
+    /// `--platform-config-file`).
+    pub fn from_parameters(p: BatchingParameters) -> Result<Self, String> {
         let positive = |field: &str, value: i64| {
             usize::try_from(value)
                 .ok()

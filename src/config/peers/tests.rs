@@ -185,6 +185,10 @@ fn the_known_refused_flags_now_start() -> Result<(), ConfigError> {
         args.compatibility.monitoring_config_file.as_deref(),
         Some(std::path::Path::new("/config/monitoring.config"))
     );
+    assert_eq!(
+        args.compatibility.platform_config_file.as_deref(),
+        Some(std::path::Path::new("/config/platform.config"))
+    );
     // An empty file name is no file, as in TF Serving.
     assert_eq!(args.security.ssl_config_file, None);
     let warning = args.not_applied_warning().unwrap_or_default();
@@ -201,7 +205,6 @@ fn the_known_refused_flags_now_start() -> Result<(), ConfigError> {
     for flag in [
         "--rest_api_num_threads",
         "--enable_model_warmup",
-        "--platform_config_file",
         "--grpc_channel_arguments",
         "--num_load_threads",
         "--max_num_load_retries",

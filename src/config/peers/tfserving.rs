@@ -1,7 +1,7 @@
 //! TF Serving's flags whose values need translating (the `code` rows of
 //! tensorflow_model_server_flags.txt), and TF Serving's defaults: gRPC on 8500, no REST API
 //! unless `--rest_api_port` names a port, and the model folder polled every second. The
-//! files TF Serving reads at start (monitoring, SSL) go to the flags that read them, where an
+//! files TF Serving reads at start (monitoring, SSL, platform) go to the flags that read them, where an
 //! empty name means no file, as in TF Serving.
 
 use super::super::error::ConfigError;
@@ -17,6 +17,7 @@ pub const TRANSLATED: &[&str] = &[
     "enable_serialization_as_tensor_content",
     "monitoring_config_file",
     "ssl_config_file",
+    "platform_config_file",
 ];
 
 pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
@@ -54,6 +55,7 @@ pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
     for (peer, ours) in [
         ("monitoring_config_file", "monitoring-config-file"),
         ("ssl_config_file", "ssl-config-file"),
+        ("platform_config_file", "platform-config-file"),
     ] {
         if let Some(file) = given.last(peer).filter(|file| !file.is_empty()) {
             out.set(ours, file);
