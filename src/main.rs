@@ -22,6 +22,7 @@ use tensorport::cpu_wakeup::WakeupLatencyHold;
 use tensorport::infer::InferService;
 use tensorport::log_sink::LogSink;
 use tensorport::metrics::Metrics;
+use tensorport::proto::tensorflow::serving::BatchingParameters;
 use tensorport::repository::{
     subfolders, watch_model_config_file, Loader, ModelList, ModelRepository, ModelSource,
     TfsBatching,
@@ -52,7 +53,11 @@ fn main() -> ExitCode {
     };
     let Command::Serve(args) = cli.command;
     // Before logging starts: the log writer counts the lines it drops in a metric.
-    let metrics = Arc::new(Metrics::new());
+    let metrics = match args.observability.peer_metric_names {
+        true => Metrics::new(),
+        false => Metrics::new().without_peer_names(),
+    };
+    let metrics = Arc::new(metrics);
     init_logging(
         args.observability.log_format,
         args.observability.log_level,
@@ -107,7 +112,17 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     )
     .map_err(|err| err.to_string())?;
     let model_dir = source.root.clone();
-    let (default_batching, instances) = batching_defaults(&args)?;
+    let platform = args.platform_settings().map_err(|err| err.to_string())?;
+    if let Some(platform) = &platform {
+        if !platform.not_applied.is_empty() {
+            tracing::warn!(
+                fields = %platform.not_applied.join(", "),
+                "--platform-config-file sets fields this server does not apply"
+            );
+        }
+    }
+    let platform_batching = platform.as_ref().and_then(|p| p.batching.clone());
+    let (default_batching, instances) = batching_defaults(&args, platform_batching)?;
     // Connections, model files and shared-memory regions each hold a descriptor.
     match tensorport::shm::raise_descriptor_limit() {
         Ok(limit) => tracing::info!(limit = ?limit, "open-file limit"),
@@ -148,9 +163,16 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     .ok_or(onnx_library::HOW_TO_GET_IT)?;
     let onnx = OnnxRuntime::load(&library).map_err(|err| err.to_string())?;
     tracing::info!(library = %library.display(), "ONNX Runtime loaded");
+    // The platform config's session threads replace the flags, as in TF Serving.
     let threads = RuntimeThreads {
-        intra_op: args.models.intra_op_threads,
-        inter_op: args.models.inter_op_threads,
+        intra_op: platform
+            .as_ref()
+            .and_then(|p| p.intra_op_threads)
+            .unwrap_or(args.models.intra_op_threads),
+        inter_op: platform
+            .as_ref()
+            .and_then(|p| p.inter_op_threads)
+            .unwrap_or(args.models.inter_op_threads),
     };
     // Before anything runs: LibTorch sizes its process-wide pools once.
     #[cfg(feature = "torch")]
@@ -286,11 +308,26 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     Ok(())
 }
 
-/// The batching defaults and instance count for models without settings of their own:
-/// `--enable-batching` (with `--batching-parameters-file`) as TF Serving reads them, else
-/// `--max-batch-size` and its companions.
-fn batching_defaults(args: &ServeArgs) -> Result<(BatchSettings, usize), String> {
+/// The batching defaults and instance count for models without settings of their own: a
+/// `--platform-config-file`'s batching parameters, else `--enable-batching` (with
+/// `--batching-parameters-file`) as TF Serving reads them, else `--max-batch-size` and its
+/// companions.
+fn batching_defaults(
+    args: &ServeArgs,
+    platform: Option<BatchingParameters>,
+) -> Result<(BatchSettings, usize), String> {
     let instances = usize::try_from(args.models.instances).unwrap_or(1);
+    if let Some(parameters) = platform {
+        if args.compatibility.enable_batching {
+            tracing::warn!(
+                "--enable-batching is ignored: --platform-config-file's batching_parameters \
+                 apply (as in TF Serving)"
+            );
+        }
+        let tfs = TfsBatching::from_parameters(parameters)
+            .map_err(|why| format!("--platform-config-file: batching_parameters: {why}"))?;
+        return Ok(log_tfs_batching(tfs, instances));
+    }
     if !args.compatibility.enable_batching {
         if let Some(file) = &args.compatibility.batching_parameters_file {
             tracing::warn!(
@@ -304,10 +341,33 @@ fn batching_defaults(args: &ServeArgs) -> Result<(BatchSettings, usize), String>
         Some(file) => TfsBatching::read(file).map_err(|err| err.to_string())?,
         None => TfsBatching::defaults(),
     };
+    Ok(log_tfs_batching(tfs, instances))
+}
+
+/// Says what TF Serving's batching parameters came to, and returns the settings and instance
+/// count (`instances` unless `num_batch_threads` names one).
+fn log_tfs_batching(tfs: TfsBatching, instances: usize) -> (BatchSettings, usize) {
     if !tfs.ignored.is_empty() {
         tracing::warn!(
             ignored = %tfs.ignored.join(", "),
-            "--batching-parameters-file sets fields this server does not apply"
+            "the batching parameters set fields this server does not apply"
+        );
+    }
+    for capped in &tfs.capped {
+        tracing::warn!(
+            field = capped.field,
+            given = %capped.given.map_or_else(|| "past 2^64".to_owned(), |v| v.to_string()),
+            applied = capped.applied,
+            "batching parameters: lowered to {}",
+            capped.limit
+        );
+    }
+    if let Some(instances) = tfs.instances {
+        tracing::warn!(
+            num_batch_threads = instances,
+            "batching parameters: num_batch_threads is not a shared pool here; each \
+             model version without settings of its own runs up to this many batches at once, \
+             each on an instance of its own (a copy of the model's session in memory)"
         );
     }
     tracing::info!(
@@ -318,7 +378,8 @@ fn batching_defaults(args: &ServeArgs) -> Result<(BatchSettings, usize), String>
         instances = tfs.instances.unwrap_or(instances),
         "batching on for models without batching settings of their own"
     );
-    Ok((tfs.settings, tfs.instances.unwrap_or(instances)))
+    let instances = tfs.instances.unwrap_or(instances);
+    (tfs.settings, instances)
 }
 
 /// The load at start-up, then (with a poll period) the watch for changes, off the serving path.

@@ -8,16 +8,19 @@
 //! version's batcher handles), `lifecycle` (loads, unloads, readiness), `residency` (models
 //! under a memory budget), `send_timeouts` and `process`. [`Metrics`] holds the families of
 //! each and forwards its public methods to them, so the imports run one way: down from here.
+//! `peers` writes Triton's and TF Serving's names for the same figures at scrape time.
 
 mod labels;
 mod lifecycle;
 mod model;
+mod peers;
 mod process;
 mod residency;
 mod send_timeouts;
 
 pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
 pub use model::ModelMetrics;
+pub use peers::VersionFigures;
 pub use residency::LoadWaiter;
 pub use send_timeouts::SendTimeouts;
 
@@ -56,6 +59,8 @@ pub struct Metrics {
     residency: residency::ResidencyMetrics,
     send_timeouts: SendTimeouts,
     request_memory: Gauge,
+    /// Whether scrapes carry the peers' names too (`--peer-metric-names`).
+    peer_names: bool,
 }
 
 impl Default for Metrics {
@@ -219,7 +224,14 @@ impl Metrics {
             residency,
             send_timeouts,
             request_memory,
+            peer_names: true,
         }
+    }
+
+    /// Leaves Triton's and TF Serving's names out of scrapes.
+    pub fn without_peer_names(mut self) -> Self {
+        self.peer_names = false;
+        self
     }
 
     /// The request memory budget's count, for the budget to keep.

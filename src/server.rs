@@ -77,6 +77,9 @@ pub struct ServerOptions {
     pub readiness: Readiness,
     /// How TF Serving Predict answers carry tensor values (typed fields, as TF Serving does).
     pub predict_response: ResponseEncoding,
+    /// Where the exposition is served besides `/metrics`: TF Serving's path by default, the
+    /// one `--monitoring-config-file` names, or nowhere.
+    pub tf_serving_metrics_path: Option<String>,
     /// The tasks beside the server (the repository's load and watch) whose failure makes it
     /// unready.
     pub background: Arc<Background>,
@@ -93,6 +96,7 @@ impl Default for ServerOptions {
             transport: TransportSettings::default(),
             readiness: Readiness::default(),
             predict_response: ResponseEncoding::default(),
+            tf_serving_metrics_path: Some(scrape::TF_SERVING_METRICS_PATH.to_owned()),
             background: Background::new(),
         }
     }
@@ -107,23 +111,26 @@ pub enum ServerError {
 
 /// Every route of the HTTP port. Add routes here (or in the protocol modules) through
 /// [`Routes`], so that [`rest_route_paths`] lists them.
-fn rest_routes() -> Routes<AppState> {
+fn rest_routes(tf_serving_metrics_path: Option<&str>) -> Routes<AppState> {
     tfserving::rest::routes()
         .merge(kserve::http::routes())
         .merge(health::routes())
-        .merge(scrape::routes())
+        .merge(scrape::routes(tf_serving_metrics_path))
 }
 
 /// The path templates the HTTP port serves, for the test that holds the OpenAPI document
-/// (`openapi/tensorport.yaml`) to them. Nothing on the request path uses it.
+/// (`openapi/tensorport.yaml`) to them, and for the check of a `--monitoring-config-file`'s
+/// path. Nothing on the request path uses it.
 pub fn rest_route_paths() -> Vec<&'static str> {
-    rest_routes().paths().to_vec()
+    rest_routes(Some(scrape::TF_SERVING_METRICS_PATH))
+        .paths()
+        .to_vec()
 }
 
 /// The HTTP application without its state: the routes, a JSON 405 for a method a route does
 /// not take (axum adds its `Allow` header), and a JSON 404 for everything else.
-fn rest_router() -> Router<AppState> {
-    rest_routes()
+fn rest_router(tf_serving_metrics_path: Option<&str>) -> Router<AppState> {
+    rest_routes(tf_serving_metrics_path)
         .into_router()
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
             RestError::with_status(
@@ -165,7 +172,7 @@ pub fn rest_app(
                 infer,
                 health: health.clone(),
             },
-            rest_router(),
+            rest_router(options.tf_serving_metrics_path.as_deref()),
         ))
 }
 
@@ -174,13 +181,13 @@ pub fn rest_app(
 fn metrics_app(
     infer: Arc<InferService>,
     health: &Arc<Health>,
-    auth: &Access,
+    options: &ServerOptions,
 ) -> impl transport::App<Http> {
     ServiceBuilder::new()
         .map_request(|request: Request<transport::Received>| request.map(Body::new))
-        .layer(AuthLayer::<Body>::new(auth.clone()))
+        .layer(AuthLayer::<Body>::new(options.auth.clone()))
         .service(
-            scrape::routes()
+            scrape::routes(options.tf_serving_metrics_path.as_deref())
                 .merge(health::routes())
                 .into_router()
                 .with_state(AppState {
@@ -331,7 +338,7 @@ pub async fn run(
                 settings.clone(),
                 options.max_request_bytes,
             );
-            let app = metrics_app(infer.clone(), &health, &options.auth);
+            let app = metrics_app(infer.clone(), &health, &options);
             transport::serve::<Http, _>(listener, app, endpoint, stop_rx.clone()).await;
         }
     };
@@ -408,7 +415,7 @@ mod tests {
 
     #[test]
     fn the_route_listing_is_what_the_router_serves() {
-        let mut from_axum = axum_paths(&rest_router());
+        let mut from_axum = axum_paths(&rest_router(Some(scrape::TF_SERVING_METRICS_PATH)));
         from_axum.sort();
         from_axum.dedup();
         assert!(

@@ -25,19 +25,37 @@ pub enum TextProtoError {
 /// Parses `text` as the protobuf message `full_name` (e.g. `inference.ModelConfig`) into the
 /// generated type `M`.
 pub fn parse<M: Message + Default>(full_name: &str, text: &str) -> Result<M, TextProtoError> {
-    let pool = DescriptorPool::decode(FILE_DESCRIPTOR_SET)
-        .map_err(|_| TextProtoError::UnknownMessage(full_name.to_owned()))?;
-    let descriptor = pool
-        .get_message_by_name(full_name)
-        .ok_or_else(|| TextProtoError::UnknownMessage(full_name.to_owned()))?;
-    let message = DynamicMessage::parse_text_format(descriptor, &colons_before_lists(text))
-        .map_err(|err| TextProtoError::Syntax(err.to_string()))?;
-    message
+    parse_dynamic(full_name, text)?
         .transcode_to::<M>()
         .map_err(|err| TextProtoError::Convert {
             message: full_name.to_owned(),
             reason: err.to_string(),
         })
+}
+
+/// Parses `text` as the message `full_name`, kept dynamic: for walking the fields a file
+/// sets, and for the messages an `Any` holds (expanded in the text as `[type.googleapis.com/NAME]`).
+pub fn parse_dynamic(full_name: &str, text: &str) -> Result<DynamicMessage, TextProtoError> {
+    let descriptor = message_descriptor(full_name)?;
+    DynamicMessage::parse_text_format(descriptor, &colons_before_lists(text))
+        .map_err(|err| TextProtoError::Syntax(err.to_string()))
+}
+
+/// Decodes `bytes` (an `Any`'s value) as the message `full_name`, kept dynamic.
+pub fn decode_dynamic(full_name: &str, bytes: &[u8]) -> Result<DynamicMessage, TextProtoError> {
+    DynamicMessage::decode(message_descriptor(full_name)?, bytes).map_err(|err| {
+        TextProtoError::Convert {
+            message: full_name.to_owned(),
+            reason: err.to_string(),
+        }
+    })
+}
+
+fn message_descriptor(full_name: &str) -> Result<prost_reflect::MessageDescriptor, TextProtoError> {
+    let pool = DescriptorPool::decode(FILE_DESCRIPTOR_SET)
+        .map_err(|_| TextProtoError::UnknownMessage(full_name.to_owned()))?;
+    pool.get_message_by_name(full_name)
+        .ok_or_else(|| TextProtoError::UnknownMessage(full_name.to_owned()))
 }
 
 /// The text with a `:` after every field name that is directly followed by a list (`input [

@@ -1,7 +1,8 @@
 //! `GET /metrics`: samples what is cheaper to read at scrape time than to track (queue depths,
 //! shared memory, process memory), then encodes every metric: as OpenMetrics for scrapers that
 //! ask for it (Prometheus does), else as Prometheus' classic text format, which `promtool` and
-//! older tools read.
+//! older tools read. Triton's and TF Serving's names for the same figures follow tensorport's
+//! own (`crate::metrics`' `peers`), unless `--peer-metric-names=false`.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use axum::routing::get;
 use crate::api::http::route_table::Routes;
 use crate::api::AppState;
 use crate::infer::InferService;
+use crate::metrics::VersionFigures;
 use crate::repository::VersionState;
 
 const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -22,10 +24,15 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// that scrape configs written for TF Serving keep working.
 pub const TF_SERVING_METRICS_PATH: &str = "/monitoring/prometheus/metrics";
 
-pub fn routes() -> Routes<AppState> {
-    Routes::new()
-        .route("/metrics", get(metrics))
-        .route(TF_SERVING_METRICS_PATH, get(metrics))
+/// `/metrics`, and the exposition again at `tf_serving_path`: TF Serving's default path, the
+/// one a `--monitoring-config-file` names (checked at start-up), or none.
+pub fn routes(tf_serving_path: Option<&str>) -> Routes<AppState> {
+    let routes = Routes::new().route("/metrics", get(metrics));
+    match tf_serving_path {
+        None | Some("/metrics") => routes,
+        Some(TF_SERVING_METRICS_PATH) => routes.route(TF_SERVING_METRICS_PATH, get(metrics)),
+        Some(path) => routes.operator_route(path, get(metrics)),
+    }
 }
 
 async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> Response {
@@ -40,23 +47,40 @@ async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> 
             (model.name.as_str(), *version, serving)
         })
     }));
-    let loaded = snapshot.models().flat_map(|model| {
-        model.versions.values().filter_map(|state| match state {
-            VersionState::Available(loaded) => Some(loaded),
-            _ => None,
+    let loaded: Vec<_> = snapshot
+        .models()
+        .flat_map(|model| {
+            model.versions.values().filter_map(|state| match state {
+                VersionState::Available(loaded) => Some((loaded, loaded.batcher.queue_depth())),
+                _ => None,
+            })
         })
-    });
+        .collect();
     metrics.set_queue_depths(
-        loaded.map(|model| (&*model.name, model.version, model.batcher.queue_depth())),
+        loaded
+            .iter()
+            .map(|(model, waiting)| (&*model.name, model.version, *waiting)),
     );
     let openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|accept| accept.to_str().ok())
         .is_some_and(|accept| accept.contains("application/openmetrics-text"));
+    let own = metrics.encode();
+    let versions = loaded.iter().map(|(model, waiting)| VersionFigures {
+        model: &model.name,
+        version: model.version,
+        stats: &model.stats,
+        pending: *waiting,
+    });
+    let peers = metrics.peer_exposition(&own, versions, openmetrics);
     let (body, content_type) = if openmetrics {
-        (metrics.encode(), OPENMETRICS)
+        // OpenMetrics ends with `# EOF`; the peers' families go before it.
+        let head = own.strip_suffix("# EOF\n").unwrap_or(&own);
+        (format!("{head}{peers}# EOF\n"), OPENMETRICS)
     } else {
-        (classic_text(&metrics.encode()), CLASSIC)
+        let mut body = classic_text(&own);
+        body.push_str(&peers);
+        (body, CLASSIC)
     };
     let mut response = body.into_response();
     response

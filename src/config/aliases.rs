@@ -51,6 +51,17 @@ pub const PEER_SPELLINGS: &[PeerSpelling] = &[
         "batching_parameters_file",
         "batching_parameters_file",
     ),
+    spelling(
+        Peer::TfServing,
+        "monitoring_config_file",
+        "monitoring_config_file",
+    ),
+    spelling(Peer::TfServing, "ssl_config_file", "ssl_config_file"),
+    spelling(
+        Peer::TfServing,
+        "platform_config_file",
+        "platform_config_file",
+    ),
     spelling(Peer::Triton, "model-repository", "model_dir"),
     spelling(Peer::Triton, "model_repository", "model_dir"),
     spelling(Peer::Triton, "http-port", "rest_port"),

@@ -293,7 +293,7 @@ mod tests {
                 "--http2-keepalive-interval-secs=0",
             ],
             &[
-                ("tls", "Some((\"server.pem\", Some(\"ca.pem\")))"),
+                ("tls", "Some((Pem(server.pem), Some(Pem(ca.pem))))"),
                 ("max_connections", "Some(100)"),
                 ("idle_timeout", "5s"),
                 ("send_timeout", "7s"),

@@ -78,4 +78,29 @@ pub struct CompatibilityArgs {
         aliases = spellings_of("batching_parameters_file")
     )]
     pub batching_parameters_file: Option<PathBuf>,
+
+    /// TF Serving's MonitoringConfig text proto (`prometheus_config { enable: true path:
+    /// "/my/metrics" }`): the exposition is served at that path on the HTTP port (and
+    /// --metrics-port) instead of /monitoring/prometheus/metrics; `enable: false` serves it
+    /// at /metrics only. Alias: --monitoring_config_file.
+    #[arg(
+        long,
+        env = "TENSORPORT_MONITORING_CONFIG_FILE",
+        value_name = "FILE",
+        aliases = spellings_of("monitoring_config_file")
+    )]
+    pub monitoring_config_file: Option<PathBuf>,
+
+    /// TF Serving's PlatformConfigMap text proto: the "tensorflow" platform's session
+    /// threads (session_config.intra_op_parallelism_threads, inter_op_parallelism_threads)
+    /// replace --intra-op-threads and --inter-op-threads, and its batching_parameters turn
+    /// batching on as --batching-parameters-file does (--enable-batching is then ignored, as
+    /// in TF Serving); other fields are named in a warning. Alias: --platform_config_file.
+    #[arg(
+        long,
+        env = "TENSORPORT_PLATFORM_CONFIG_FILE",
+        value_name = "FILE",
+        aliases = spellings_of("platform_config_file")
+    )]
+    pub platform_config_file: Option<PathBuf>,
 }

@@ -38,6 +38,12 @@ pub enum ConfigError {
     /// `setting` names the file and field, or the environment variable.
     #[error("mlserver start: {setting}: {why}")]
     MlserverRefused { setting: String, why: String },
+    #[error("--{flag}: {path}: {why}")]
+    PeerFile {
+        flag: &'static str,
+        path: PathBuf,
+        why: String,
+    },
     #[error("{file}: cannot read the line '{line}' (NAME KIND ACTION [NOTE])")]
     PeerTable { file: &'static str, line: String },
 }

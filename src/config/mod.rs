@@ -13,6 +13,9 @@
 //!   `tensorport tensorflow_model_server ...`, or a symlink of either name), with their
 //!   defaults.
 //! - `file`: the `--config` file read as extra arguments.
+//! - `monitoring`, `ssl`, `platform`: TF Serving's `--monitoring_config_file`,
+//!   `--ssl_config_file` and `--platform_config_file`, read into the metrics path, the TLS
+//!   settings, and the runtime threads and batching.
 //! - `error`: `ConfigError`, the one error of this layer.
 
 mod aliases;
@@ -22,13 +25,16 @@ mod compatibility;
 mod error;
 mod file;
 mod models;
+mod monitoring;
 mod network;
 mod observability;
 mod overload;
 mod peers;
+mod platform;
 mod security;
 mod serve_args;
 mod shared_memory;
+mod ssl;
 
 pub use aliases::{spellings_of, Peer, PeerSpelling, PEER_SPELLINGS};
 pub use batching::BatchingArgs;
@@ -43,6 +49,7 @@ pub use peers::{
     peer_command_line, peer_flags, translate, translated_in_code, Action, Kind, NotApplied,
     PeerCommandLine, PeerFlag, TF_SERVING_PROGRAM, TRITON_PROGRAM,
 };
+pub use platform::PlatformSettings;
 pub use security::SecurityArgs;
 pub use serve_args::ServeArgs;
 pub use shared_memory::SharedMemoryArgs;

@@ -13,6 +13,13 @@ pub struct ObservabilityArgs {
     #[arg(long, env = "TENSORPORT_METRICS_PORT")]
     pub metrics_port: Option<u16>,
 
+    /// Scrapes also carry Triton's (nv_inference_*) and TF Serving's (:tensorflow:serving:*)
+    /// names for the same figures, so that dashboards and alerts written for them keep
+    /// working; false leaves only tensorport's own.
+    #[arg(long, env = "TENSORPORT_PEER_METRIC_NAMES", value_name = "BOOL",
+          default_value_t = true, action = clap::ArgAction::Set)]
+    pub peer_metric_names: bool,
+
     /// When the server reports ready (/readyz, KServe server ready, gRPC health): any (some
     /// model serves) or all (every model serves, as Triton's strict readiness). Never while
     /// the models found at start-up are still loading, nor while no model serves.

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use super::aliases::spellings_of;
+
 /// TLS, bearer tokens, and the folders besides --model-dir a reload may name.
 #[derive(Debug, Clone, Args)]
 pub struct SecurityArgs {
@@ -34,6 +36,18 @@ pub struct SecurityArgs {
         requires = "tls_cert"
     )]
     pub tls_client_ca: Option<PathBuf>,
+
+    /// TF Serving's SSLConfig text proto (server_key, server_cert, custom_ca, client_verify,
+    /// PEM text inline) instead of --tls-cert, --tls-key and --tls-client-ca; TLS then covers
+    /// the HTTP port too, where TF Serving's REST API stays plain. Alias: --ssl_config_file.
+    #[arg(
+        long,
+        env = "TENSORPORT_SSL_CONFIG_FILE",
+        value_name = "FILE",
+        aliases = spellings_of("ssl_config_file"),
+        conflicts_with_all = ["tls_cert", "tls_key", "tls_client_ca"]
+    )]
+    pub ssl_config_file: Option<PathBuf>,
 
     /// Bearer tokens and the API groups each may use, one `TOKEN GROUPS [NAME]` a line (see
     /// the README's Security section); without it every API is open to anyone.

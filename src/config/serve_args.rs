@@ -11,12 +11,15 @@ use super::batching::BatchingArgs;
 use super::compatibility::CompatibilityArgs;
 use super::error::ConfigError;
 use super::models::ModelsArgs;
+use super::monitoring::tf_serving_metrics_path;
 use super::network::NetworkArgs;
 use super::observability::ObservabilityArgs;
 use super::overload::OverloadArgs;
 use super::peers::NotApplied;
+use super::platform::{self, PlatformSettings};
 use super::security::SecurityArgs;
 use super::shared_memory::SharedMemoryArgs;
+use super::ssl;
 use crate::batcher::BatchSettings;
 use crate::overload::{ApiKeys, OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
@@ -94,7 +97,7 @@ impl ServeArgs {
             drain: Duration::from_secs(self.network.drain_secs),
             // Read from --auth-token-file by `main`, which can report a bad file.
             auth: crate::auth::Access::open(),
-            transport: self.transport_settings(),
+            transport: self.transport_settings()?,
             background: crate::background::Background::new(),
             readiness: self.observability.readiness,
             predict_response: if self.compatibility.predict_response_tensor_content {
@@ -102,21 +105,16 @@ impl ServeArgs {
             } else {
                 ResponseEncoding::TypedFields
             },
+            tf_serving_metrics_path: tf_serving_metrics_path(
+                self.compatibility.monitoring_config_file.as_deref(),
+            )?,
         })
     }
 
-    /// TLS, the connection cap and the connection timeouts.
-    fn transport_settings(&self) -> TransportSettings {
-        let tls = match (&self.security.tls_cert, &self.security.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-                client_ca: self.security.tls_client_ca.clone(),
-            }),
-            _ => None,
-        };
-        TransportSettings {
-            tls,
+    /// TLS, the connection cap and the connection timeouts (reads --ssl-config-file).
+    fn transport_settings(&self) -> Result<TransportSettings, ConfigError> {
+        Ok(TransportSettings {
+            tls: self.tls()?,
             max_connections: self
                 .network
                 .max_connections
@@ -130,7 +128,31 @@ impl ServeArgs {
             http2_keepalive_interval: (self.network.http2_keepalive_interval_secs > 0)
                 .then(|| Duration::from_secs(self.network.http2_keepalive_interval_secs)),
             http2_keepalive_timeout: Duration::from_secs(self.network.http2_keepalive_timeout_secs),
+        })
+    }
+
+    /// TLS from --tls-cert and --tls-key, or from TF Serving's --ssl-config-file.
+    fn tls(&self) -> Result<Option<TlsFiles>, ConfigError> {
+        if let Some(file) = &self.security.ssl_config_file {
+            let read = ssl::read(file)?;
+            tracing::warn!(
+                file = %file.display(),
+                "--ssl-config-file: TLS covers the HTTP port too (TF Serving serves REST in \
+                 plain HTTP); clients of the REST API must use https"
+            );
+            for field in &read.not_applied {
+                tracing::warn!(file = %file.display(), "--ssl-config-file: not applied: {field}");
+            }
+            return Ok(Some(read.tls));
         }
+        Ok(match (&self.security.tls_cert, &self.security.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone().into(),
+                key: key.clone().into(),
+                client_ca: self.security.tls_client_ca.clone().map(Into::into),
+            }),
+            _ => None,
+        })
     }
 
     /// The one start-up warning for a peer's flags accepted without being applied: each
@@ -148,6 +170,15 @@ impl ServeArgs {
             "accepted but not applied, tensorport does this instead: {}",
             each.join("; ")
         ))
+    }
+
+    /// What --platform-config-file says, read and checked (`None` without one).
+    pub fn platform_settings(&self) -> Result<Option<PlatformSettings>, ConfigError> {
+        self.compatibility
+            .platform_config_file
+            .as_deref()
+            .map(platform::read)
+            .transpose()
     }
 
     /// The shared-memory registry's limits these flags describe.

@@ -6,7 +6,7 @@
 //! | `max_batch_size` (default 1000) | `max_batch_size` | the same: most rows in one run |
 //! | `batch_timeout_micros` (default 0) | `max_queue_delay_us` | the same wait for a batch to fill |
 //! | `max_enqueued_batches` (default 10) | `max_queue_size` = it × `max_batch_size` | the queue here counts requests, each at least one row, so this admits at least as much as TF Serving |
-//! | `num_batch_threads` | instances per model version | batches of one version that run at once (TF Serving shares its threads among models) |
+//! | `num_batch_threads` | instances per model version | batches of one version that run at once, each on an instance of its own (a copy of the session); TF Serving shares its threads among models, so start-up says what this comes to |
 //! | `allowed_batch_sizes` | `preferred_batch_sizes` | a batch is cut at these sizes; it is not padded up to them |
 //! | `thread_pool_name`, `pad_variable_length_inputs`, `enable_large_batch_splitting`, `max_execution_batch_size` | not applied | named once in a warning |
 
@@ -30,6 +30,20 @@ pub struct TfsBatching {
     pub instances: Option<usize>,
     /// Fields set in the file that this server does not apply.
     pub ignored: Vec<&'static str>,
+    /// Values lowered to this server's limits, for start-up to log.
+    pub capped: Vec<Capped>,
+}
+
+/// A value of the file, or one derived from it, lowered to a limit of this server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capped {
+    /// The field, or what was derived from fields (`max_enqueued_batches × max_batch_size`).
+    pub field: &'static str,
+    /// As the file gives it (or the product, when it overflows: `None`).
+    pub given: Option<u64>,
+    pub applied: usize,
+    /// The limit's name.
+    pub limit: &'static str,
 }
 
 /// Why the batching file was refused.
@@ -58,6 +72,7 @@ impl TfsBatching {
             settings: BatchSettings::default(),
             instances: None,
             ignored: Vec::new(),
+            capped: Vec::new(),
         })
     }
 
@@ -79,8 +94,9 @@ impl TfsBatching {
         })
     }
 
-    /// The mapping of the table above.
-    fn from_parameters(p: BatchingParameters) -> Result<Self, String> {
+    /// The mapping of the table above (also for the `batching_parameters` of a
+    /// `--platform-config-file`).
+    pub fn from_parameters(p: BatchingParameters) -> Result<Self, String> {
         let positive = |field: &str, value: i64| {
             usize::try_from(value)
                 .ok()
@@ -98,15 +114,32 @@ impl TfsBatching {
             p.max_enqueued_batches
                 .unwrap_or(DEFAULT_MAX_ENQUEUED_BATCHES),
         )?;
-        let max_queue_size = enqueued
-            .checked_mul(max_batch_size)
-            .unwrap_or(MAX_QUEUE_SIZE)
-            .min(MAX_QUEUE_SIZE);
-        let instances = p
+        let mut capped = Vec::new();
+        let queue = enqueued.checked_mul(max_batch_size);
+        let max_queue_size = queue.unwrap_or(MAX_QUEUE_SIZE).min(MAX_QUEUE_SIZE);
+        if queue != Some(max_queue_size) {
+            capped.push(Capped {
+                field: "max_enqueued_batches × max_batch_size (requests a queue holds)",
+                given: queue.map(|q| q as u64),
+                applied: max_queue_size,
+                limit: "the most requests a model version's queue holds",
+            });
+        }
+        let threads = p
             .num_batch_threads
             .map(|n| positive("num_batch_threads", n))
-            .transpose()?
-            .map(|n| n.min(MAX_INSTANCES));
+            .transpose()?;
+        let instances = threads.map(|n| n.min(MAX_INSTANCES));
+        if let (Some(given), Some(applied)) = (threads, instances) {
+            if given != applied {
+                capped.push(Capped {
+                    field: "num_batch_threads",
+                    given: Some(given as u64),
+                    applied,
+                    limit: "the most instances of a model version",
+                });
+            }
+        }
         let allowed = p
             .allowed_batch_sizes
             .iter()
@@ -145,6 +178,7 @@ impl TfsBatching {
             settings,
             instances,
             ignored,
+            capped,
         })
     }
 }
@@ -188,6 +222,33 @@ mod tests {
         assert_eq!(mapped.settings.max_queue_size, 10_000);
         assert_eq!(mapped.instances, None);
         assert_eq!(TfsBatching::defaults(), mapped);
+        Ok(())
+    }
+
+    #[test]
+    fn values_past_the_limits_are_capped_and_said() -> Result<(), String> {
+        let mapped = parse(
+            "max_batch_size { value: 1000 }\nmax_enqueued_batches { value: 1000000 }\n\
+             num_batch_threads { value: 500 }\n",
+        )?;
+        assert_eq!(mapped.settings.max_queue_size, MAX_QUEUE_SIZE);
+        assert_eq!(mapped.instances, Some(MAX_INSTANCES));
+        let said: Vec<(Option<u64>, usize)> =
+            mapped.capped.iter().map(|c| (c.given, c.applied)).collect();
+        assert_eq!(
+            said,
+            vec![
+                (Some(1_000_000_000), MAX_QUEUE_SIZE),
+                (Some(500), MAX_INSTANCES)
+            ]
+        );
+        let overflowing = parse(&format!(
+            "max_batch_size {{ value: {} }}\nmax_enqueued_batches {{ value: {} }}\n",
+            1u64 << 40,
+            1u64 << 40
+        ))?;
+        assert_eq!(overflowing.capped.first().map(|c| c.given), Some(None));
+        assert!(parse("num_batch_threads { value: 4 }")?.capped.is_empty());
         Ok(())
     }
 

@@ -57,7 +57,7 @@ pub use send::PIECE;
 pub use settings::{
     TransportSettings, DEFAULT_MAX_RECEIVING_BYTES, DEFAULT_SEND_TIMEOUT, METRICS_MAX_CONNECTIONS,
 };
-pub use tls::{Tls, TlsError, TlsFiles};
+pub use tls::{Pem, Tls, TlsError, TlsFiles};
 pub use wire::{Grpc, Http, Wire};
 
 use tokio::net::TcpListener;

@@ -6,7 +6,8 @@ server (not the session one), since it is stopped, overloaded or configured diff
 - SIGTERM with kept-alive connections (HTTP/1.1, and HTTP/2 to both ports): every request
   sent before the signal is answered, and so is a request that arrives on an open HTTP/1.1
   connection during the drain (with `Connection: close`).
-- A scrape taken while requests are being refused passes `promtool check metrics`.
+- A scrape taken while requests are being refused passes `promtool check metrics` (its style
+  rules aside for the peers' own names, `nv_*` and `:tensorflow:*`, which are theirs).
 - `--log-format json` writes one JSON object per line, with a request id on request lines.
 - Each message of a `ModelStreamInfer` stream spends a token of the rate limit as a call does;
   a refused one is answered in the stream, which stays open.
@@ -413,7 +414,11 @@ def test_a_scrape_under_load_passes_promtool(tmp_path):
         assert scrape.headers["content-type"].startswith("text/plain; version=0.0.4")
         checked = subprocess.run([promtool(), "check", "metrics"], input=scrape.text,
                                  capture_output=True, text=True, timeout=60)
-        assert checked.returncode == 0, checked.stdout + checked.stderr + "\n" + scrape.text
+        # 3 is style problems only, allowed for the peers' own names (Triton's counters carry
+        # no _total, TF Serving's names hold colons); tensorport's names must be clean.
+        problems = [p for p in (checked.stdout + checked.stderr).splitlines() if p.strip()]
+        assert checked.returncode in (0, 3), checked.stdout + checked.stderr + "\n" + scrape.text
+        assert all(p.startswith(("nv_", ":tensorflow:")) for p in problems), problems
         for name in ("tensorport_requests_total", "tensorport_request_duration_seconds_bucket",
                      "tensorport_queue_wait_seconds_bucket", "tensorport_inference_duration_seconds_bucket",
                      "tensorport_batch_size_rows_bucket", "tensorport_queue_depth_requests",

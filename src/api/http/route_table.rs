@@ -41,6 +41,13 @@ where
         self
     }
 
+    /// [`Router::route`] at a path the operator chose (checked at start-up), left out of the
+    /// listing: it is no part of the API the OpenAPI document describes.
+    pub fn operator_route(mut self, path: &str, handler: MethodRouter<S>) -> Self {
+        self.router = self.router.route(path, handler);
+        self
+    }
+
     /// A catch-all route whose handler splits the path itself (axum cannot route
     /// `{name}:predict`). `served` lists the path templates the handler answers; they, not
     /// the catch-all, go into the listing.

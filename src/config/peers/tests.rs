@@ -188,12 +188,30 @@ fn the_known_refused_flags_now_start() -> Result<(), ConfigError> {
     assert_eq!(args.models.inter_op_threads, 2);
     assert_eq!(args.overload.request_timeout_ms, 5000);
     assert!(!args.compatibility.enable_batching);
+    assert_eq!(
+        args.compatibility.monitoring_config_file.as_deref(),
+        Some(std::path::Path::new("/config/monitoring.config"))
+    );
+    assert_eq!(
+        args.compatibility.platform_config_file.as_deref(),
+        Some(std::path::Path::new("/config/platform.config"))
+    );
+    // An empty file name is no file, as in TF Serving.
+    assert_eq!(args.security.ssl_config_file, None);
     let warning = args.not_applied_warning().unwrap_or_default();
+    assert!(!warning.contains("--monitoring_config_file"), "{warning}");
+    let with_ssl = [
+        "tensorflow_model_server",
+        "--model_base_path={dir}",
+        "--ssl_config_file=/config/ssl.config",
+    ];
+    assert_eq!(
+        serve(&with_ssl)?.security.ssl_config_file.as_deref(),
+        Some(std::path::Path::new("/config/ssl.config"))
+    );
     for flag in [
-        "--monitoring_config_file",
         "--rest_api_num_threads",
         "--enable_model_warmup",
-        "--platform_config_file",
         "--grpc_channel_arguments",
         "--num_load_threads",
         "--max_num_load_retries",
@@ -386,14 +404,6 @@ fn values_that_cannot_be_honoured_are_refused_saying_why() {
                 "--log-verbose=loud",
             ],
             "--log-verbose",
-        ),
-        (
-            &[
-                "tensorflow_model_server",
-                "--model_base_path={dir}",
-                "--ssl_config_file=ssl.txt",
-            ],
-            "--ssl_config_file",
         ),
         (
             &[

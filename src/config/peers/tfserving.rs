@@ -1,6 +1,8 @@
 //! TF Serving's flags whose values need translating (the `code` rows of
 //! tensorflow_model_server_flags.txt), and TF Serving's defaults: gRPC on 8500, no REST API
-//! unless `--rest_api_port` names a port, and the model folder polled every second.
+//! unless `--rest_api_port` names a port, and the model folder polled every second. The
+//! files TF Serving reads at start (monitoring, SSL, platform) go to the flags that read them, where an
+//! empty name means no file, as in TF Serving.
 
 use super::super::error::ConfigError;
 use super::command::Given;
@@ -13,6 +15,9 @@ pub const TRANSLATED: &[&str] = &[
     "tensorflow_session_parallelism",
     "version",
     "enable_serialization_as_tensor_content",
+    "monitoring_config_file",
+    "ssl_config_file",
+    "platform_config_file",
 ];
 
 pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
@@ -46,6 +51,15 @@ pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
     }
     if given.bool("enable_serialization_as_tensor_content") == Some(true) {
         out.switch("predict-response-tensor-content");
+    }
+    for (peer, ours) in [
+        ("monitoring_config_file", "monitoring-config-file"),
+        ("ssl_config_file", "ssl-config-file"),
+        ("platform_config_file", "platform-config-file"),
+    ] {
+        if let Some(file) = given.last(peer).filter(|file| !file.is_empty()) {
+            out.set(ours, file);
+        }
     }
     out.show_version = given.contains("version");
     Ok(())
