@@ -116,8 +116,11 @@ impl ModelRepository {
                     self.residency.growth_sender(self.budget),
                     alive_tx,
                 ));
-                let batching =
-                    batch_settings(config, backend.max_batch_size(), &self.loader.default_batching);
+                let batching = batch_settings(
+                    config,
+                    backend.max_batch_size(),
+                    &self.loader.default_batching,
+                );
                 let stats = Arc::new(ModelStats::default());
                 let telemetry = Telemetry {
                     stats: stats.clone(),
