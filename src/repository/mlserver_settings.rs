@@ -453,6 +453,8 @@ fn declared(tensors: &[MetadataTensor]) -> Vec<DeclaredTensor> {
             name: tensor.name.clone(),
             dtype: tensor.datatype.clone(),
             shape: tensor.shape.iter().map(|&d| DeclaredDim::Size(d)).collect(),
+            reshape: None,
+            label_filename: None,
         })
         .collect()
 }

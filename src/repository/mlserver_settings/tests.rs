@@ -273,6 +273,8 @@ fn the_model_file_must_agree_with_the_described_tensors() {
             name: name.into(),
             dtype: dtype.into(),
             shape: shape.into_iter().map(DeclaredDim::Size).collect(),
+            reshape: None,
+            label_filename: None,
         }],
         ..MlserverExtras::default()
     };
