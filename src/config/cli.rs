@@ -48,6 +48,11 @@ pub fn missing_serve_hint(args: &[OsString]) -> Option<String> {
         .map(|arg| arg.to_string_lossy().into_owned())
         .collect();
     let first = given.first()?;
+    // A peer's front end (by binary name or subcommand) says which server runs; its own
+    // errors explain themselves.
+    if peer_command_line(args).is_some() || mlserver_command_line(args).is_some() {
+        return None;
+    }
     let not_for_serve = ["serve", "help", "-h", "--help", "-V", "--version"];
     if not_for_serve.contains(&first.as_str()) || !given.iter().any(|arg| arg.starts_with("--")) {
         return None;
@@ -478,6 +483,13 @@ mod tests {
             &["tensorport", "help"],
             &["tensorport"],
             &["tensorport", "sevre"],
+            &["tensorport", "tensorflow_model_server", "--port=0"],
+            &["tensorport", "tritonserver", "--model-repository=m"],
+            &[
+                "/usr/bin/tensorflow_model_server",
+                "--port=0",
+                "--model_base_path=m",
+            ],
         ] {
             assert_eq!(missing_serve_hint(&args(line)), None, "{line:?}");
         }

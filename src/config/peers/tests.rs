@@ -511,3 +511,28 @@ fn tf_servings_version_flag_shows_the_version() {
     };
     assert_eq!(kind, Some(clap::error::ErrorKind::DisplayVersion));
 }
+
+/// TF Serving's Docker image passes `--model_name` and `--model_base_path` on every line; a
+/// user who adds a model list keeps them, and TF Serving serves the list.
+/// Line: tensorflow/serving tensorflow_serving/tools/docker/Dockerfile's entrypoint plus the
+/// `--model_config_file` its g3doc/serving_config.md adds.
+#[test]
+fn a_model_list_wins_over_the_docker_images_single_model_flags() -> Result<(), ConfigError> {
+    let args = serve(&[
+        "tensorflow_model_server",
+        "--port=8500",
+        "--rest_api_port=8501",
+        "--model_name=model",
+        "--model_base_path=/models/model",
+        "--model_config_file={dir}/models.config",
+    ])?;
+    assert_eq!(args.compatibility.model_name, None);
+    assert_eq!(args.compatibility.model_base_path, None);
+    assert!(args.compatibility.model_config_file.is_some());
+    let warning = args.not_applied_warning().unwrap_or_default();
+    assert!(
+        warning.contains("--model_name") && warning.contains("--model_base_path"),
+        "{warning}"
+    );
+    Ok(())
+}

@@ -61,6 +61,29 @@ pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
             out.set(ours, file);
         }
     }
+    single_model_beside_a_list(given, out);
     out.show_version = given.contains("version");
     Ok(())
+}
+
+/// TF Serving serves the `--model_config_file` list when one is given and ignores
+/// `--model_name` / `--model_base_path` (its Docker image always passes both, so a user who adds
+/// a model list keeps them on the line): here too, with a warning naming them.
+fn single_model_beside_a_list(given: &Given, out: &mut Translated) {
+    if given.last("model_config_file").is_none_or(str::is_empty) {
+        return;
+    }
+    for (peer, ours) in [
+        ("model_name", "model-name"),
+        ("model_base_path", "model-base-path"),
+    ] {
+        if given.contains(peer) {
+            out.unset(ours);
+            out.not_applied(
+                peer,
+                "--model_config_file names the models served, and this single-model flag is \
+                 ignored beside it, as TF Serving ignores it",
+            );
+        }
+    }
 }
