@@ -13,6 +13,10 @@ pub struct TensorSpec {
     /// The name of each dynamic dimension where the model gives one (`"batch"`), else empty.
     /// Two dimensions with the same name have the same size in a run.
     pub symbols: Vec<String>,
+    /// The runtime checks this input's shape itself and takes any (a TensorFlow feed that is
+    /// no placeholder, or whose rank is unknown): `shape` is then what the model states, not a
+    /// limit. An empty `shape` then means the rank is unknown.
+    pub any_shape: bool,
 }
 
 impl TensorSpec {
@@ -24,11 +28,16 @@ impl TensorSpec {
             dtype,
             shape,
             symbols,
+            any_shape: false,
         }
     }
 
-    /// Whether a tensor of `shape` fits this spec (same rank, equal fixed dimensions).
+    /// Whether a tensor of `shape` fits this spec (same rank, equal fixed dimensions; any, for
+    /// an input whose runtime checks shapes itself).
     pub fn accepts_shape(&self, shape: &[usize]) -> bool {
+        if self.any_shape {
+            return true;
+        }
         self.shape.len() == shape.len()
             && self
                 .shape

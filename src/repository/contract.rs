@@ -166,7 +166,7 @@ fn checked(
     } else {
         "dims"
     };
-    if !fits(&runtime, &spec.shape) {
+    if !spec.any_shape && !fits(&runtime, &spec.shape) {
         return Err(at(format!(
             "{field} {} contradicts the model file's shape {:?} (dimensions the file fixes must \
              be declared with the same size)",
@@ -194,6 +194,8 @@ fn checked(
         dtype,
         shape: client,
         symbols,
+        // The declaration binds clients to its shape, whatever the runtime would take.
+        any_shape: false,
     })
 }
 

@@ -164,6 +164,7 @@ fn specs(
                 dtype,
                 shape,
                 symbols,
+                any_shape: false,
             })
         })
         .collect()

@@ -30,10 +30,13 @@ fn signature_def(sig: &Signature, method: &str) -> SignatureDef {
         specs
             .iter()
             .map(|spec| {
+                let mut shape = tensor_proto::shape_proto(spec.shape.iter().copied());
+                // An open input without dimensions is one whose rank is unknown.
+                shape.unknown_rank = spec.any_shape && spec.shape.is_empty();
                 let info = TensorInfo {
                     encoding: Some(tensor_info::Encoding::Name(spec.name.clone())),
                     dtype: tensor_proto::tf_dtype(spec.dtype) as i32,
-                    tensor_shape: Some(tensor_proto::shape_proto(spec.shape.iter().copied())),
+                    tensor_shape: Some(shape),
                 };
                 (spec.name.clone(), info)
             })

@@ -44,6 +44,7 @@ pub(super) fn specs(outlets: &[ort::value::Outlet]) -> Result<Vec<TensorSpec>, S
                 symbols: (0..shape.len())
                     .map(|i| dimension_symbols.get(i).cloned().unwrap_or_default())
                     .collect(),
+                any_shape: false,
             }),
             other => Err(format!("'{}' is a {other}, not a tensor", outlet.name())),
         })

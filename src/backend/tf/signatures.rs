@@ -71,11 +71,11 @@ pub fn read(meta: &MetaGraphDef, graph: &Graph) -> Result<Found, String> {
 type Reading = Result<Result<(Signature, Binding), String>, String>;
 
 fn signature(name: &str, def: &SignatureDef, graph: &Graph) -> Reading {
-    let (inputs, input_endpoints) = match tensors(def.inputs(), graph)? {
+    let (inputs, input_endpoints) = match tensors(def.inputs(), graph, true)? {
         Ok(pair) => pair,
         Err(reason) => return Ok(Err(format!("input {reason}"))),
     };
-    let (outputs, output_endpoints) = match tensors(def.outputs(), graph)? {
+    let (outputs, output_endpoints) = match tensors(def.outputs(), graph, false)? {
         Ok(pair) => pair,
         Err(reason) => return Ok(Err(format!("output {reason}"))),
     };
@@ -99,6 +99,7 @@ type Tensors = (Vec<TensorSpec>, HashMap<String, Endpoint>);
 fn tensors(
     infos: &HashMap<String, TensorInfo>,
     graph: &Graph,
+    feeds: bool,
 ) -> Result<Result<Tensors, String>, String> {
     let mut names: Vec<&String> = infos.keys().collect();
     names.sort();
@@ -114,14 +115,18 @@ fn tensors(
                 info.dtype()
             )));
         };
-        let Some(dims) = info.shape().dims() else {
-            return Ok(Err(format!("'{name}' has unknown rank")));
+        let shape: Vec<i64> = match info.shape().dims() {
+            Some(dims) => (0..dims).map(|i| info.shape()[i].unwrap_or(-1)).collect(),
+            None => Vec::new(),
         };
-        let shape = (0..dims).map(|i| info.shape()[i].unwrap_or(-1)).collect();
         let operation = graph
             .operation_by_name_required(&info.name().name)
             .map_err(|err| format!("tensor '{name}': {err}"))?;
-        specs.push(TensorSpec::new(name.clone(), dtype, shape));
+        let mut spec = TensorSpec::new(name.clone(), dtype, shape);
+        if feeds {
+            spec.any_shape = feed_takes_any_shape(graph, &operation, info);
+        }
+        specs.push(spec);
         endpoints.insert(
             name.clone(),
             Endpoint {
@@ -151,6 +156,33 @@ pub fn data_type(dtype: TfType) -> Option<DataType> {
         TfType::String => DataType::String,
         _ => return None,
     })
+}
+
+/// Whether TensorFlow itself leaves the shape of a fed input open, as TF Serving relies on:
+/// a signature input whose rank is unknown (no `tensor_shape`, as in TF Serving's own
+/// `saved_model_half_plus_three`), a placeholder whose graph shape has no rank, or a feed
+/// that is no placeholder at all (TF checks a fed tensor's shape only against a placeholder's;
+/// `half_plus_two`'s `x` is the output of an example parser, fed rows of scalars in TF
+/// Serving's own REST example). Such an input takes any shape here too, and the runtime's
+/// operations refuse what they cannot compute.
+fn feed_takes_any_shape(graph: &Graph, operation: &Operation, info: &TensorInfo) -> bool {
+    let is_placeholder = matches!(
+        operation.op_type().as_deref(),
+        Ok("Placeholder" | "PlaceholderWithDefault")
+    );
+    if !is_placeholder {
+        return true;
+    }
+    if info.shape().dims().is_none() || info.shape().dims() == Some(0) {
+        let endpoint = tensorflow::Output {
+            operation: operation.clone(),
+            index: info.name().index,
+        };
+        return graph
+            .tensor_shape(endpoint)
+            .map_or(true, |shape| shape.dims().is_none());
+    }
+    false
 }
 
 #[cfg(test)]

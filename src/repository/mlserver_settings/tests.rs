@@ -262,6 +262,7 @@ fn the_model_file_must_agree_with_the_described_tensors() {
         dtype: DataType::F32,
         shape,
         symbols: Vec::new(),
+        any_shape: false,
     };
     let signatures = [Signature {
         name: "serving_default".into(),
