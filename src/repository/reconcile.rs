@@ -2,7 +2,7 @@
 //! every poll, and after each explicit API call. Which versions are aspired, which load now
 //! and which wait for their first request, and which retire.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -199,6 +199,12 @@ impl ModelRepository {
             tracing::info!(model = %name, "model removed");
         }
 
+        let waiting: BTreeSet<String> = sources
+            .iter()
+            .filter(|s| control.unloaded.contains(&s.name))
+            .map(|s| s.name.clone())
+            .collect();
+        self.publish(|snapshot| snapshot.waiting = waiting);
         for source in sources.iter().filter(|s| wanted(&s.name)) {
             if control.unloaded.contains(&source.name) {
                 self.retire_all(control, &source.name);

@@ -2,7 +2,7 @@
 //! its life. The lifecycle publishes a new one whole; a request resolves its version in the one
 //! it took.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::charge::MemoryCharge;
@@ -189,9 +189,18 @@ impl ModelRecord {
 #[derive(Clone, Default)]
 pub struct Snapshot {
     pub(super) models: BTreeMap<String, ModelRecord>,
+    /// Models on disk that wait for the load API (not loaded at start under
+    /// `--startup-models`, or unloaded through the API), so that the repository index lists
+    /// them as Triton's does in explicit mode.
+    pub(super) waiting: BTreeSet<String>,
 }
 
 impl Snapshot {
+    /// Models on disk that are not loaded and wait for the load API.
+    pub fn waiting(&self) -> impl Iterator<Item = &str> {
+        self.waiting.iter().map(String::as_str)
+    }
+
     /// The model `name`. A name with a control character is refused as a bad name rather than
     /// reported missing: no model has one, and the message must not carry it raw.
     pub fn model(&self, name: &str) -> Result<&ModelRecord, RepositoryError> {

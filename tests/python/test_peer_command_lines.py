@@ -29,6 +29,7 @@ from pathlib import Path
 import grpc
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tensorflow_serving.apis import get_model_status_pb2, model_service_pb2_grpc
 
@@ -78,6 +79,12 @@ def test_triton_explicit_mode_loads_the_named_model_then_others_on_request(tmp_p
         client = httpclient.InferenceServerClient(server.rest_url.removeprefix("http://"))
         assert client.is_model_ready("ranker")
         assert not client.is_model_ready("two_tower")
+        # Listed by name alone until loaded, as Triton's index lists it in explicit mode.
+        index = client.get_model_repository_index()
+        assert {"name": "two_tower"} in index, index
+        assert any(e["name"] == "ranker" and e.get("state") == "READY" for e in index), index
+        grpc_index = grpcclient.InferenceServerClient(server.grpc_target).get_model_repository_index()
+        assert [m.state for m in grpc_index.models if m.name == "two_tower"] == [""], grpc_index
         client.load_model("two_tower")
         assert client.is_model_ready("two_tower")
         # Every flag of the line is applied (--strict-model-config=false completes the

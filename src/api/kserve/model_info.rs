@@ -298,7 +298,8 @@ pub struct IndexEntry {
     pub memory_bytes: Option<u64>,
 }
 
-/// Every model in the repository with the state of each managed version.
+/// Every model in the repository with the state of each managed version, and (unless
+/// `ready_only`) by name alone each model on disk never loaded that waits for the load API.
 pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEntry> {
     let mut entries = Vec::new();
     let snapshot = service.repository().snapshot();
@@ -330,6 +331,22 @@ pub fn repository_index(service: &InferService, ready_only: bool) -> Vec<IndexEn
                 memory_bytes,
             });
         }
+    }
+    // A model that waits for the load API and was never loaded has no version to report:
+    // Triton lists it by name alone.
+    if !ready_only {
+        for name in snapshot.waiting() {
+            if snapshot.model(name).is_err() {
+                entries.push(IndexEntry {
+                    name: name.to_owned(),
+                    version: String::new(),
+                    state: "",
+                    reason: String::new(),
+                    memory_bytes: None,
+                });
+            }
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
     }
     entries
 }

@@ -27,6 +27,8 @@ pub(super) async fn index(State(s): Shared, Payload(body): Payload) -> Reply {
         .into_iter()
         .map(|e| match e.memory_bytes {
             Some(bytes) => json!({ "name": e.name, "version": e.version, "state": e.state, "reason": e.reason, "memory_bytes": bytes }),
+            // Never loaded: no version, no state, as Triton writes it.
+            None if e.state.is_empty() => json!({ "name": e.name }),
             None => json!({ "name": e.name, "version": e.version, "state": e.state, "reason": e.reason }),
         })
         .collect();
