@@ -7,6 +7,7 @@
 
 use crate::backend::BackendError;
 use crate::batcher::{BatchError, BatcherError, RequestError};
+use crate::log_settings::LogSettingsError;
 use crate::repository::{ConfineError, RepositoryError, ResidencyError};
 use crate::request::MemoryRefused;
 use crate::shm::ShmError;
@@ -47,6 +48,8 @@ pub enum Error {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Shm(#[from] ShmError),
+    #[error(transparent)]
+    LogSettings(#[from] LogSettingsError),
     #[error("{0}")]
     Unimplemented(String),
     #[error("{0}")]
@@ -130,6 +133,7 @@ impl Error {
                 _ => ErrorKind::InvalidArgument,
             },
             Self::Repository(err) => err.kind(),
+            Self::LogSettings(err) => err.kind(),
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) | Self::Batch(_) => ErrorKind::Internal,
             Self::QueueFull { .. } | Self::InputMemory { .. } => ErrorKind::ResourceExhausted,

@@ -125,6 +125,9 @@ impl InferService {
         if model.is_empty() {
             return Err(Error::invalid("the request names no model"));
         }
+        if let Some(context) = context {
+            context.name_model(model);
+        }
         let deadline = context.and_then(|context| context.deadline_within(None));
         Ok(self
             .repository
@@ -158,6 +161,9 @@ impl InferService {
     ) -> Result<Prepared, Error> {
         if target.model.is_empty() {
             return Err(Error::invalid("the request names no model"));
+        }
+        if let Some(context) = context {
+            context.name_model(target.model);
         }
         let load_deadline = deadline_of(context, body_timeout);
         let model = self

@@ -2,7 +2,7 @@
 //! in the background while serving (live at once, ready once the load settles), until
 //! SIGTERM or SIGINT.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,11 +15,10 @@ use tensorport::backend::onnx_library;
 use tensorport::backend::RuntimeThreads;
 use tensorport::background::Lifetime;
 use tensorport::batcher::BatchSettings;
-use tensorport::config::{
-    missing_serve_hint, Cli, Command, ConfigError, LogFormat, LogLevel, ServeArgs,
-};
+use tensorport::config::{missing_serve_hint, Cli, Command, ConfigError, ServeArgs};
 use tensorport::cpu_wakeup::WakeupLatencyHold;
 use tensorport::infer::InferService;
+use tensorport::log_settings::LogSettings;
 use tensorport::log_sink::LogSink;
 use tensorport::metrics::Metrics;
 use tensorport::proto::tensorflow::serving::BatchingParameters;
@@ -58,7 +57,7 @@ fn main() -> ExitCode {
         false => Metrics::new().without_peer_names(),
     };
     let metrics = Arc::new(metrics);
-    init_logging(
+    let log_settings = tensorport::logging::install(
         args.observability.log_format,
         args.observability.log_level,
         LogSink::new(metrics.log_lines_dropped()),
@@ -71,7 +70,7 @@ fn main() -> ExitCode {
         give_each_tensorflow_model_its_own_threads();
         keep_tensorflow_info_logs_out();
     }
-    match serve(args, metrics) {
+    match serve(args, metrics, log_settings) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             // Not eprintln!, which panics when stderr is gone; the exit status still tells.
@@ -81,29 +80,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr through `sink` (a line per event; lines that cannot be written are dropped
-/// and counted), filtered by RUST_LOG (default `--log-level`, itself `info`;
-/// `tensorport::access=debug` adds one line per request).
-fn init_logging(format: LogFormat, level: LogLevel, sink: LogSink) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level.directive()));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Its report of a failed write is an eprintln! to the same broken stderr: a panic.
-        .log_internal_errors(false)
-        .with_writer(sink);
-    match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        // One object per line; the request's span (id, protocol, path) rides along.
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
-    }
-}
-
-fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
+fn serve(
+    args: ServeArgs,
+    metrics: Arc<Metrics>,
+    log_settings: Arc<LogSettings>,
+) -> Result<(), String> {
     let source = ModelSource::from_flags(
         args.models.model_dir.as_deref(),
         args.compatibility.model_config_file.as_deref(),
@@ -149,6 +130,7 @@ fn serve(args: ServeArgs, metrics: Arc<Metrics>) -> Result<(), String> {
     // Settings that read files fail here, before any model loads or port is bound.
     let mut options = args.server_options().map_err(|err| err.to_string())?;
     options.auth = access;
+    options.log_settings = log_settings;
     if let Some(files) = &options.transport.tls {
         tensorport::transport::Tls::load(files).map_err(|err| err.to_string())?;
     }

@@ -15,12 +15,15 @@ use bytes::BytesMut;
 use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 
+mod deadline;
+
+pub use deadline::{
+    client_timeout, parse_grpc_timeout, parse_http_timeout, DeadlineError, GRPC_TIMEOUT_HEADER,
+    HTTP_TIMEOUT_HEADER,
+};
+
 /// The client's request id header, echoed on the response (and generated when absent).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
-/// gRPC's deadline header: up to 8 digits and a unit (`H`, `M`, `S`, `m`, `u`, `n`).
-pub const GRPC_TIMEOUT_HEADER: &str = "grpc-timeout";
-/// The HTTP equivalent: how long the client will wait, in milliseconds.
-pub const HTTP_TIMEOUT_HEADER: &str = "x-request-timeout-ms";
 
 /// The longest request id accepted from a client; longer (or non-printable) ones are replaced,
 /// since the id goes into every log line of the request.
@@ -95,67 +98,6 @@ pub fn is_probe(path: &str) -> bool {
     ) || path.starts_with("/grpc.health.v1.Health/")
 }
 
-/// Why a deadline header was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DeadlineError {
-    #[error("grpc-timeout '{0}' is not 1 to 8 digits followed by H, M, S, m, u or n")]
-    GrpcTimeout(String),
-    #[error("{HTTP_TIMEOUT_HEADER} '{0}' is not a whole number of milliseconds")]
-    HttpTimeout(String),
-}
-
-/// Parses gRPC's `grpc-timeout` value.
-pub fn parse_grpc_timeout(text: &str) -> Result<Duration, DeadlineError> {
-    let bad = || DeadlineError::GrpcTimeout(text.to_owned());
-    let split = text.len().checked_sub(1).ok_or_else(bad)?;
-    let (digits, unit) = (text.get(..split), text.get(split..));
-    let (Some(digits), Some(unit)) = (digits, unit) else {
-        return Err(bad());
-    };
-    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    // At most 8 digits, so this cannot overflow, nor can the multiplications below.
-    let value: u64 = digits.parse().map_err(|_| bad())?;
-    Ok(match unit {
-        "H" => Duration::from_secs(value * 3600),
-        "M" => Duration::from_secs(value * 60),
-        "S" => Duration::from_secs(value),
-        "m" => Duration::from_millis(value),
-        "u" => Duration::from_micros(value),
-        "n" => Duration::from_nanos(value),
-        _ => return Err(bad()),
-    })
-}
-
-/// Parses the HTTP timeout header: milliseconds as a decimal integer.
-pub fn parse_http_timeout(text: &str) -> Result<Duration, DeadlineError> {
-    text.trim()
-        .parse::<u64>()
-        .map(Duration::from_millis)
-        .map_err(|_| DeadlineError::HttpTimeout(text.to_owned()))
-}
-
-/// How long the client of `headers` will wait, if it said: `grpc-timeout` on the gRPC port,
-/// the HTTP header on the REST port.
-pub fn client_timeout(headers: &HeaderMap, grpc: bool) -> Result<Option<Duration>, DeadlineError> {
-    let name = if grpc {
-        GRPC_TIMEOUT_HEADER
-    } else {
-        HTTP_TIMEOUT_HEADER
-    };
-    let Some(value) = headers.get(name) else {
-        return Ok(None);
-    };
-    let text = value.to_str().unwrap_or("<not text>");
-    let parsed = if grpc {
-        parse_grpc_timeout(text)
-    } else {
-        parse_http_timeout(text)
-    };
-    parsed.map(Some)
-}
-
 /// Hands out request ids: the process's start time and a counter, so ids from restarts of the
 /// same server do not collide in aggregated logs.
 #[derive(Debug)]
@@ -202,6 +144,9 @@ impl RequestIds {
     }
 }
 
+/// The longest model name [`RequestContext::name_model`] keeps for the access log.
+pub const ADDRESSED_NAME_MAX: usize = 256;
+
 /// The longest id [`RequestIds`] makes: eight hex digits, '-', and up to sixteen more.
 const GENERATED_ID_MAX_LEN: usize = 8 + 1 + 16;
 
@@ -213,6 +158,10 @@ pub struct RequestContext {
     protocol: Protocol,
     deadline: Option<Instant>,
     model: OnceLock<(Arc<str>, u64)>,
+    /// The model the request names, as the client spelled it, whether or not it resolved:
+    /// for the access log only. Metrics label only [`RequestContext::model`], whose names
+    /// are those of loaded models.
+    addressed: OnceLock<Box<str>>,
     /// `None`: no overload layer made this context (some tests), so nothing is charged.
     memory: Option<Arc<dyn MemoryPool>>,
     /// Set when a charge to `memory` was refused, so that the answer is counted as a refusal
@@ -227,6 +176,7 @@ impl RequestContext {
             protocol,
             deadline,
             model: OnceLock::new(),
+            addressed: OnceLock::new(),
             memory: None,
             memory_refused: AtomicBool::new(false),
         }
@@ -301,6 +251,31 @@ impl RequestContext {
             .map(|(name, version)| (name.as_ref(), *version))
     }
 
+    /// Names the model a model-scoped request addresses, before (or without) resolving it, so
+    /// that the access log names it for a metadata, readiness or statistics call and for a
+    /// model that does not exist. A name longer than [`ADDRESSED_NAME_MAX`] bytes is cut
+    /// there (at a character boundary): the log line stays bounded whatever a client sends.
+    /// The first call wins.
+    pub fn name_model(&self, name: &str) {
+        if name.is_empty() || self.addressed.get().is_some() {
+            return;
+        }
+        let mut end = name.len().min(ADDRESSED_NAME_MAX);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        let _ = self.addressed.set(name[..end].into());
+    }
+
+    /// The model and version the access log names: the version the request resolved to, or
+    /// else the model it addressed, without a version.
+    pub fn logged_model(&self) -> Option<(&str, Option<u64>)> {
+        match self.model() {
+            Some((name, version)) => Some((name, Some(version))),
+            None => self.addressed.get().map(|name| (name.as_ref(), None)),
+        }
+    }
+
     /// [`RequestContext::model`], the name shared rather than borrowed (for metrics labels).
     pub fn model_shared(&self) -> Option<(&Arc<str>, u64)> {
         self.model.get().map(|(name, version)| (name, *version))
@@ -363,31 +338,6 @@ pub struct DecodedFootprint(pub u64);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grpc_timeouts_parse_every_unit() {
-        let cases = [
-            ("1H", Duration::from_secs(3600)),
-            ("2M", Duration::from_secs(120)),
-            ("3S", Duration::from_secs(3)),
-            ("250m", Duration::from_millis(250)),
-            ("99999999u", Duration::from_micros(99_999_999)),
-            ("7n", Duration::from_nanos(7)),
-        ];
-        for (text, expected) in cases {
-            assert_eq!(parse_grpc_timeout(text), Ok(expected), "{text}");
-        }
-        for bad in ["", "S", "123456789S", "10", "10x", "-1S", "1.5S", " 1S"] {
-            assert!(parse_grpc_timeout(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn http_timeouts_are_milliseconds() {
-        assert_eq!(parse_http_timeout("1500"), Ok(Duration::from_millis(1500)));
-        assert!(parse_http_timeout("1.5").is_err());
-        assert!(parse_http_timeout("-3").is_err());
-    }
 
     #[test]
     fn protocols_follow_the_path() {

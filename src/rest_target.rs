@@ -116,6 +116,17 @@ impl<'p> RestTarget<'p> {
     }
 }
 
+impl<'p> RestTarget<'p> {
+    /// The model the path names.
+    pub fn model(&self) -> &'p str {
+        match self {
+            Self::Status { model, .. }
+            | Self::Metadata { model, .. }
+            | Self::Verb { model, .. } => model,
+        }
+    }
+}
+
 // Only the tests need the mapping: dispatch matches on the target itself.
 #[cfg(test)]
 impl RestTarget<'_> {

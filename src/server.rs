@@ -36,6 +36,7 @@ use crate::api::{health, kserve, scrape, tfserving, AppState};
 use crate::auth::{Access, AuthLayer};
 use crate::background::Background;
 use crate::infer::InferService;
+use crate::log_settings::{LogSettings, LogState};
 use crate::overload::{MemoryBudget, Overload, OverloadSettings};
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use crate::proto::tensorflow::serving::{
@@ -83,6 +84,8 @@ pub struct ServerOptions {
     /// The tasks beside the server (the repository's load and watch) whose failure makes it
     /// unready.
     pub background: Arc<Background>,
+    /// What Triton's logging extension reads and changes (the binary's log filter).
+    pub log_settings: Arc<LogSettings>,
 }
 
 impl Default for ServerOptions {
@@ -98,6 +101,7 @@ impl Default for ServerOptions {
             predict_response: ResponseEncoding::default(),
             tf_serving_metrics_path: Some(scrape::TF_SERVING_METRICS_PATH.to_owned()),
             background: Background::new(),
+            log_settings: Arc::new(LogSettings::unattached(LogState::default())),
         }
     }
 }
@@ -171,6 +175,7 @@ pub fn rest_app(
             AppState {
                 infer,
                 health: health.clone(),
+                log_settings: options.log_settings.clone(),
             },
             rest_router(options.tf_serving_metrics_path.as_deref()),
         ))
@@ -193,6 +198,7 @@ fn metrics_app(
                 .with_state(AppState {
                     infer,
                     health: health.clone(),
+                    log_settings: options.log_settings.clone(),
                 }),
         )
 }
@@ -204,13 +210,17 @@ fn grpc_routes(
     infer: &Arc<InferService>,
     health: &Arc<Health>,
     overload: &Overload,
-    limit: usize,
-    predict_response: ResponseEncoding,
+    options: &ServerOptions,
 ) -> tonic::service::Routes {
-    let tf = tfserving::grpc::TfServingGrpc::new(infer.clone(), predict_response);
+    let limit = options.max_request_bytes;
+    let tf = tfserving::grpc::TfServingGrpc::new(infer.clone(), options.predict_response);
     // A stream's messages pass the overload stack one by one, inside the route.
-    let kserve_grpc =
-        kserve::grpc::KserveGrpc::new(infer.clone(), health.clone(), overload.streams());
+    let kserve_grpc = kserve::grpc::KserveGrpc::new(
+        infer.clone(),
+        health.clone(),
+        overload.streams(),
+        options.log_settings.clone(),
+    );
     tonic::service::Routes::new(health.grpc_service())
         .add_service(
             PredictionServiceServer::new(tf.clone())
@@ -301,13 +311,8 @@ pub async fn run(
     // Auth inside the overload stack, as on the HTTP port.
     let grpc_app = overload.layer::<tonic::body::Body>().layer(
         AuthLayer::<tonic::body::Body>::new(options.auth.clone()).layer(
-            MapRequestLayer::new(grpc_compression::reply_in_kind).layer(grpc_routes(
-                &infer,
-                &health,
-                &overload,
-                options.max_request_bytes,
-                options.predict_response,
-            )),
+            MapRequestLayer::new(grpc_compression::reply_in_kind)
+                .layer(grpc_routes(&infer, &health, &overload, &options)),
         ),
     );
     let grpc = async {

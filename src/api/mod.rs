@@ -21,6 +21,7 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 
 use crate::infer::InferService;
+use crate::log_settings::LogSettings;
 
 /// What the HTTP handlers read: the inference service, and the server's health for the
 /// probes. Given to the router as its state (not each request as an extension, which costs an
@@ -29,6 +30,14 @@ use crate::infer::InferService;
 pub struct AppState {
     pub infer: Arc<InferService>,
     pub health: Arc<health::Health>,
+    /// Triton's logging extension (`/v2/logging`), shared with the gRPC service.
+    pub log_settings: Arc<LogSettings>,
+}
+
+impl FromRef<AppState> for Arc<LogSettings> {
+    fn from_ref(state: &AppState) -> Self {
+        state.log_settings.clone()
+    }
 }
 
 impl FromRef<AppState> for Arc<InferService> {

@@ -108,6 +108,8 @@ impl ServeArgs {
             tf_serving_metrics_path: tf_serving_metrics_path(
                 self.compatibility.monitoring_config_file.as_deref(),
             )?,
+            // Made by `main` as it installs the log subscriber, which the settings change.
+            log_settings: ServerOptions::default().log_settings,
         })
     }
 

@@ -37,7 +37,8 @@ pub struct AccessEntry<'a> {
     /// The HTTP path, or for gRPC the RPC (`/package.Service/Method`).
     pub path: &'a str,
     pub protocol: &'static str,
-    pub model: Option<(&'a str, u64)>,
+    /// The model the request named, and the version that answered where it resolved to one.
+    pub model: Option<(&'a str, Option<u64>)>,
     /// The HTTP status, or for gRPC the status code (0 is OK); absent when the client left
     /// before the answer.
     pub status: Option<u16>,
@@ -70,7 +71,7 @@ impl AccessEntry<'_> {
                 "model",
                 self.model.map_or(Value::Absent, |(m, _)| Value::Text(m)),
             ),
-            ("version", optional(self.model.map(|(_, v)| v))),
+            ("version", optional(self.model.and_then(|(_, v)| v))),
             ("status", optional(self.status.map(u64::from))),
             ("outcome", text(self.outcome)),
             (
@@ -243,7 +244,7 @@ mod tests {
             method: "POST",
             path: "/v2/models/ranker/infer",
             protocol: "kserve-http",
-            model: Some(("ranker", 2)),
+            model: Some(("ranker", Some(2))),
             status: Some(200),
             outcome: "ok",
             duration: Duration::from_micros(1234),

@@ -401,7 +401,7 @@ impl Record {
             method: &access.method,
             path: &access.path,
             protocol: self.context.protocol().label(),
-            model: self.context.model(),
+            model: self.context.logged_model(),
             status,
             outcome: outcome.label(),
             duration: self.started.elapsed(),

@@ -8,5 +8,6 @@ pub mod body;
 pub mod compression;
 pub mod grpc_compression;
 pub mod heavy;
+pub mod model_name;
 pub mod response;
 pub mod route_table;

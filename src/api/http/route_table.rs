@@ -62,6 +62,21 @@ where
         self
     }
 
+    /// [`Router::route_layer`]: `layer` wraps every route added so far, after routing.
+    pub fn route_layer<L>(mut self, layer: L) -> Self
+    where
+        L: tower::Layer<axum::routing::Route> + Clone + Send + Sync + 'static,
+        L::Service: tower::Service<axum::extract::Request> + Clone + Send + Sync + 'static,
+        <L::Service as tower::Service<axum::extract::Request>>::Response:
+            axum::response::IntoResponse + 'static,
+        <L::Service as tower::Service<axum::extract::Request>>::Error:
+            Into<std::convert::Infallible> + 'static,
+        <L::Service as tower::Service<axum::extract::Request>>::Future: Send + 'static,
+    {
+        self.router = self.router.route_layer(layer);
+        self
+    }
+
     /// [`Router::merge`], keeping both listings.
     pub fn merge(mut self, other: Routes<S>) -> Self {
         self.router = self.router.merge(other.router);

@@ -25,6 +25,7 @@ pub const EXTENSIONS: &[&str] = &[
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "logging",
 ];
 
 /// The largest batch reported to Triton clients for a model with a batch dimension whose

@@ -3,8 +3,10 @@
 //! The tonic service (`service.rs`) is the dispatcher; beneath it `ModelInfer`
 //! (`model_infer.rs`) and `ModelStreamInfer` (`stream.rs`, which runs each message through
 //! `ModelInfer` and admits it by its footprint, `message_footprint.rs`), and beneath those the
-//! protobuf parameters (`params.rs`). Nothing here imports the service back.
+//! protobuf parameters (`params.rs`); `LogSettings` is `log_settings.rs`. Nothing here
+//! imports the service back.
 
+mod log_settings;
 mod message_footprint;
 mod model_infer;
 mod params;

@@ -157,6 +157,9 @@ pub(super) async fn model_infer(
     peer: Peer,
     context: Option<&RequestContext>,
 ) -> Result<pb::ModelInferResponse, Error> {
+    if let Some(context) = context {
+        context.name_model(&request.model_name);
+    }
     let decoded = decode_request(request, context)?;
     Ok(encode_response(
         infer(service, decoded, peer, context).await?,

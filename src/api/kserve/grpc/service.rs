@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::log_settings::log_settings;
 use super::model_infer::model_infer;
 use super::stream::{answers, MODEL_STREAM_INFER};
 use crate::api::health::Health;
@@ -15,6 +16,7 @@ use crate::api::kserve::params::refuse_load_overrides;
 use crate::api::kserve::statistics::statistics;
 use crate::error::Error;
 use crate::infer::InferService;
+use crate::log_settings::LogSettings;
 use crate::overload::Streams;
 use crate::proto::inference as pb;
 use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService;
@@ -30,14 +32,21 @@ pub struct KserveGrpc {
     health: Arc<Health>,
     /// Admits each message of a `ModelStreamInfer` stream as the port's stack admits a call.
     streams: Streams,
+    log_settings: Arc<LogSettings>,
 }
 
 impl KserveGrpc {
-    pub fn new(service: Arc<InferService>, health: Arc<Health>, streams: Streams) -> Self {
+    pub fn new(
+        service: Arc<InferService>,
+        health: Arc<Health>,
+        streams: Streams,
+        log_settings: Arc<LogSettings>,
+    ) -> Self {
         Self {
             service,
             health,
             streams,
+            log_settings,
         }
     }
 }
@@ -72,6 +81,7 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::ModelReadyRequest>,
     ) -> Result<Response<pb::ModelReadyResponse>, Status> {
+        name_model(&request, &request.get_ref().name);
         let request = request.into_inner();
         let ready = VersionSelector::from_kserve(&request.version)
             .map_err(Error::from)
@@ -180,6 +190,7 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::ModelStatisticsRequest>,
     ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
+        name_model(&request, &request.get_ref().name);
         let request = request.into_inner();
         Ok(Response::new(statistics(
             &self.service,
@@ -208,6 +219,7 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::RepositoryModelLoadRequest>,
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
+        name_model(&request, &request.get_ref().model_name);
         let request = request.into_inner();
         refuse_load_overrides(&request.model_name, request.parameters.keys())?;
         self.service
@@ -221,6 +233,7 @@ impl GrpcInferenceService for KserveGrpc {
         &self,
         request: Request<pb::RepositoryModelUnloadRequest>,
     ) -> Result<Response<pb::RepositoryModelUnloadResponse>, Status> {
+        name_model(&request, &request.get_ref().model_name);
         let name = request.into_inner().model_name;
         self.service.repository().unload_model(&name).await?;
         Ok(Response::new(pb::RepositoryModelUnloadResponse {}))
@@ -316,10 +329,18 @@ impl GrpcInferenceService for KserveGrpc {
 
     async fn log_settings(
         &self,
-        _: Request<pb::LogSettingsRequest>,
+        request: Request<pb::LogSettingsRequest>,
     ) -> Result<Response<pb::LogSettingsResponse>, Status> {
-        Err(Status::unimplemented(
-            "log settings are not supported; set RUST_LOG instead",
-        ))
+        Ok(Response::new(log_settings(
+            &self.log_settings,
+            request.into_inner(),
+        )?))
+    }
+}
+
+/// Names the model a model-scoped call addresses in its context, for the access log.
+fn name_model<T>(request: &Request<T>, name: &str) {
+    if let Some(context) = request.extensions().get::<Arc<RequestContext>>() {
+        context.name_model(name);
     }
 }

@@ -67,6 +67,9 @@ pub async fn infer_request(
 ) -> Response {
     let (mut parts, body) = request.into_parts();
     let context = parts.extensions.remove::<Arc<RequestContext>>();
+    if let Some(context) = &context {
+        context.name_model(&model);
+    }
     let connection = parts.extensions.remove::<ConnectInfo<SocketAddr>>();
     let peer = connection_peer(connection.map(Extension));
     let json_length = parts.headers.get(HEADER_LENGTH).cloned();

@@ -12,6 +12,7 @@ pub mod body;
 mod decode;
 mod infer;
 pub mod lift;
+mod logging;
 mod metadata;
 mod repository;
 mod routes;

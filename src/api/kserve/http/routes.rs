@@ -5,6 +5,7 @@ use axum::routing::{get, post};
 use serde_json::json;
 
 use super::infer::{infer_latest, infer_version};
+use super::logging::{get_logging, post_logging};
 use super::metadata::{
     config, config_version, metadata, metadata_version, ready, ready_version, server_metadata,
 };
@@ -15,6 +16,7 @@ use super::shared_memory::{
 };
 use super::statistics::{all_stats, stats, stats_version};
 use super::support::ok;
+use crate::api::http::model_name::name_model;
 use crate::api::http::response::json_response;
 use crate::api::http::route_table::Routes;
 use crate::api::AppState;
@@ -49,6 +51,7 @@ pub fn routes() -> Routes<AppState> {
             "/v2/models/{name}/versions/{version}/infer",
             post(infer_version),
         )
+        .route("/v2/logging", get(get_logging).post(post_logging))
         .route("/v2/repository/index", post(index))
         .route("/v2/repository/models/{name}/load", post(load))
         .route("/v2/repository/models/{name}/unload", post(unload))
@@ -83,4 +86,7 @@ pub fn routes() -> Routes<AppState> {
         )
         .route("/v2/cudasharedmemory/region/{region}/unregister", post(ok))
         .route("/v2/cudasharedmemory/unregister", post(ok))
+        // Last: it wraps every route above. The hot infer routes bypass the router; their
+        // model is named by `InferService::prepare`.
+        .route_layer(axum::middleware::from_fn(name_model))
 }

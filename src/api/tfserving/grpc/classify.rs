@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::support::{answered_spec, spec_target, TfServingGrpc};
+use super::support::{answered_spec, name_spec_model, spec_target, TfServingGrpc};
 use crate::api::tfserving::classify;
 use crate::api::tfserving::examples::Examples;
 use crate::error::Error;
@@ -18,6 +18,7 @@ pub(super) async fn classify(
 ) -> Result<Response<ClassificationResponse>, Status> {
     let context = request.extensions().get::<Arc<RequestContext>>().cloned();
     let request = request.into_inner();
+    name_spec_model(context.as_deref(), request.model_spec.as_ref());
     let target = spec_target(request.model_spec.as_ref())?;
     let examples = Examples::from_input(request.input).map_err(Error::from)?;
     let (answer, result) =

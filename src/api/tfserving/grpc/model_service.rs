@@ -1,5 +1,7 @@
 //! `tensorflow.serving.ModelService`: model status and config reloads.
 
+use std::sync::Arc;
+
 use tonic::{Request, Response, Status};
 
 use super::support::{spec_selector, TfServingGrpc};
@@ -11,6 +13,7 @@ use crate::proto::tensorflow::serving::{
     ModelVersionStatus, ReloadConfigRequest, ReloadConfigResponse, StatusProto,
 };
 use crate::repository::served_models;
+use crate::request::RequestContext;
 use crate::wire_error::TfServingRequestError;
 
 #[tonic::async_trait]
@@ -19,6 +22,12 @@ impl ModelService for TfServingGrpc {
         &self,
         request: Request<GetModelStatusRequest>,
     ) -> Result<Response<GetModelStatusResponse>, Status> {
+        if let (Some(context), Some(spec)) = (
+            request.extensions().get::<Arc<RequestContext>>(),
+            &request.get_ref().model_spec,
+        ) {
+            context.name_model(&spec.name);
+        }
         let request = request.into_inner();
         let spec = request
             .model_spec

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use super::support::{answered_spec, spec_selector, TfServingGrpc};
+use super::support::{answered_spec, name_spec_model, spec_selector, TfServingGrpc};
 use crate::api::tfserving::error::TaskError;
 use crate::api::tfserving::examples::Examples;
 use crate::api::tfserving::methods::{CLASSIFY_METHOD, REGRESS_METHOD};
@@ -40,6 +40,10 @@ async fn run(
     context: Option<&RequestContext>,
 ) -> Result<MultiInferenceResponse, Error> {
     let MultiInferenceRequest { tasks, input } = request;
+    // Every task names the same model (`check_tasks`); the first names it for the log.
+    if let Some(first) = tasks.first() {
+        name_spec_model(context, first.model_spec.as_ref());
+    }
     check_tasks(&tasks)?;
     let examples = Examples::from_input(input)?;
     let mut results = Vec::with_capacity(tasks.len());

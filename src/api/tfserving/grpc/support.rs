@@ -71,3 +71,11 @@ pub(super) fn answered_spec(model: &LoadedModel, signature: &str) -> ModelSpec {
         version_choice: Some(VersionChoice::Version(model.version as i64)),
     }
 }
+
+/// Names the model `spec` addresses in `context`, for the access log, before anything else
+/// of the request is read (an answer refusing the rest still names the model).
+pub(super) fn name_spec_model(context: Option<&RequestContext>, spec: Option<&ModelSpec>) {
+    if let (Some(context), Some(spec)) = (context, spec) {
+        context.name_model(&spec.name);
+    }
+}

@@ -72,7 +72,11 @@ pub(crate) async fn answer(
         None => return RestError::not_found_path(path).into_response(),
     };
     let rest = rest.as_ref();
-    let result = match (RestTarget::parse(rest), method) {
+    let target = RestTarget::parse(rest);
+    if let (Some(context), Some(target)) = (context, &target) {
+        context.name_model(target.model());
+    }
+    let result = match (target, method) {
         (Some(RestTarget::Status { model, version }), &Method::GET) => {
             status(infer, model, version)
         }
