@@ -65,6 +65,7 @@ pub mod backend;
 pub mod background;
 pub mod batcher;
 pub mod build_info;
+pub mod cache;
 pub mod config;
 pub mod cpu_wakeup;
 pub mod error;

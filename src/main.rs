@@ -214,7 +214,12 @@ fn serve(
             inline_run_max: Duration::from_micros(args.batching.inline_run_max_us),
             strict_model_config: args.models.strict_model_config,
         };
+        let response_cache = args
+            .models
+            .response_cache_bytes()
+            .map(|bytes| Arc::new(tensorport::cache::ResponseCache::new(bytes)));
         let repository = ModelRepository::new(&model_dir, loader)
+            .with_response_cache(response_cache)
             .with_memory_budget(args.models.model_memory_budget)
             .with_allowed_roots(&args.security.allow_model_paths)
             .map_err(|err| err.to_string())?

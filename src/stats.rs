@@ -37,6 +37,10 @@ pub struct ModelStats {
     pub fail: Duration64,
     /// Time spent waiting for the runtime.
     pub queue: Duration64,
+    /// Answers from the response cache, and the time to find and copy them out; misses, and
+    /// the time to look up and to store their answers (Triton's `cache_hit`, `cache_miss`).
+    pub cache_hit: Duration64,
+    pub cache_miss: Duration64,
     /// Per execution: gathering inputs, inside the runtime, splitting outputs. One lock for
     /// the three, so a reader always sees them counted together (Triton's clients check).
     compute: Mutex<Executions>,
@@ -144,6 +148,20 @@ impl ModelStats {
     pub fn record_execution(&self, rows: u64) {
         self.inference_count.fetch_add(rows, Ordering::Relaxed);
         self.execution_count.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// Records a request of `rows` inferences answered from the response cache in `took`:
+    /// as Triton counts one, a success, a (zero) queue wait and inferences, but no execution.
+    pub fn record_cache_hit(&self, rows: u64, took: Duration) {
+        self.cache_hit.record(took);
+        self.success.record(took);
+        self.queue.record(Duration::ZERO);
+        self.inference_count.fetch_add(rows, Ordering::Relaxed);
+        self.touch();
+    }
+
+    fn touch(&self) {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)

@@ -180,6 +180,23 @@ impl ValidRequest {
         self.priority
     }
 
+    /// Inferences in Triton's sense: rows along dimension 0 (1 for a scalar input).
+    pub fn inferences(&self) -> u64 {
+        super::telemetry::inferences(&self.inputs)
+    }
+
+    /// The same request over `inputs`, copies of its own inputs (same names, dtypes, shapes
+    /// and elements: the response cache's copy, which the run must read so that its answer
+    /// belongs to the key), returning its outputs in buffers of the runtime's: an answer to
+    /// be kept must not live in a client's shared memory, which the client may rewrite. The
+    /// caller copies the outputs into their targets itself.
+    #[must_use]
+    pub fn over_copied_inputs(mut self, inputs: Vec<NamedTensor>) -> Self {
+        self.inputs = inputs;
+        self.targets = Vec::new();
+        self
+    }
+
     /// The inputs, for running the request directly on a backend (warmup replay).
     pub fn into_inputs(self) -> Vec<NamedTensor> {
         self.inputs

@@ -86,9 +86,42 @@ pub struct ModelsArgs {
           num_args = 0..=1, default_value_t = false, default_missing_value = "true",
           value_parser = clap::builder::BoolishValueParser::new())]
     pub strict_model_config: bool,
+
+    /// The response cache, in Triton's spelling: `local,size=BYTES` (or with KiB, MiB, GiB)
+    /// keeps up to that many bytes of answers, least recently used out, for the models whose
+    /// config.pbtxt sets response_cache { enable: true } (config.toml: [response_cache]
+    /// enable = true). Given again, the last size counts. Unset: nothing is cached.
+    #[arg(long, env = "TENSORPORT_CACHE_CONFIG", value_name = "CONFIG",
+          action = clap::ArgAction::Append, value_parser = parse_cache_config)]
+    pub cache_config: Vec<u64>,
+}
+
+/// One `--cache-config` value: Triton's `CACHE,KEY=VALUE`, of which the local cache's `size`
+/// is the one setting there is.
+fn parse_cache_config(text: &str) -> Result<u64, String> {
+    let (cache, setting) = text
+        .split_once(',')
+        .ok_or_else(|| format!("expected local,size=BYTES, got {text:?}"))?;
+    if cache.trim() != "local" {
+        return Err(format!(
+            "cache {:?} is not available: the one cache is local (local,size=BYTES)",
+            cache.trim()
+        ));
+    }
+    match setting.split_once('=') {
+        Some((key, size)) if key.trim() == "size" => crate::repository::parse_size(size.trim()),
+        _ => Err(format!(
+            "the local cache takes one setting, size=BYTES; got {setting:?}"
+        )),
+    }
 }
 
 impl ModelsArgs {
+    /// The response cache's size, where `--cache-config` gives one.
+    pub fn response_cache_bytes(&self) -> Option<u64> {
+        self.cache_config.last().copied()
+    }
+
     /// The models `--startup-models` names, or `None` for all of them.
     pub fn startup_models(&self) -> Option<Vec<String>> {
         if self.startup_models.trim() == "*" {
@@ -102,5 +135,25 @@ impl ModelsArgs {
                 .map(str::to_owned)
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cache_config;
+
+    #[test]
+    fn cache_config_reads_tritons_local_size() {
+        assert_eq!(parse_cache_config("local,size=1048576"), Ok(1 << 20));
+        assert_eq!(parse_cache_config("local,size=64MiB"), Ok(64 << 20));
+        for bad in [
+            "local",
+            "redis,host=h",
+            "local,bytes=10",
+            "local,size=0",
+            "local,size=x",
+        ] {
+            assert!(parse_cache_config(bad).is_err(), "{bad}");
+        }
     }
 }

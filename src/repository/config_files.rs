@@ -98,6 +98,11 @@ impl ModelConfig {
             output,
             instances: self.instances.or(base.instances),
             lifecycle: self.lifecycle,
+            response_cache: if self.response_cache.enable {
+                self.response_cache
+            } else {
+                base.response_cache
+            },
             model_filename: self.model_filename.or(base.model_filename),
             platform: self.platform.or(base.platform),
             max_batch_size: self.max_batch_size.or(base.max_batch_size),

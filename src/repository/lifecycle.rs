@@ -19,6 +19,7 @@
 //! out of service, on_demand.rs loads and evicts under a memory budget. This file holds the
 //! struct, its builders and the serving state it publishes; it imports none of them.
 
+use crate::cache::ResponseCache;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -52,6 +53,9 @@ pub struct ModelRepository {
     pub(super) residency: Residency,
     /// Measures each load's memory, one load at a time.
     pub(super) measure: Arc<LoadMeasure>,
+    /// `--cache-config`: the server's response cache, which each loaded version of a model
+    /// with `response_cache` enabled gets a share of; `None`: nothing is cached.
+    pub(super) response_cache: Option<Arc<ResponseCache>>,
 }
 
 /// Wraps a freshly loaded backend of the named model, for instance to observe its runs or
@@ -72,7 +76,15 @@ impl ModelRepository {
             budget: None,
             residency: Residency::default(),
             measure: Arc::new(LoadMeasure::default()),
+            response_cache: None,
         }
+    }
+
+    /// Gives the versions of models that enable `response_cache` a share of `cache`.
+    #[must_use]
+    pub fn with_response_cache(mut self, cache: Option<Arc<ResponseCache>>) -> Self {
+        self.response_cache = cache;
+        self
     }
 
     /// Keeps the memory of resident versions under `budget` bytes (`--model-memory-budget`):

@@ -17,6 +17,7 @@ use super::snapshot::{LoadedModel, VersionState};
 use super::{warmup, warmup_log};
 use crate::backend::Backend;
 use crate::batcher::{BatchSettings, Batcher, Execution, Telemetry};
+use crate::cache::CacheScope;
 use crate::metrics::ModelEvent;
 use crate::stats::ModelStats;
 
@@ -143,6 +144,7 @@ impl ModelRepository {
                     memory,
                     pinned: config.lifecycle.pinned,
                     last_used: AtomicU64::new(0),
+                    response_cache: self.cache_scope(model, config),
                 };
                 self.residency.touch(&loaded);
                 self.set_state(
@@ -182,6 +184,28 @@ impl ModelRepository {
                     .metrics
                     .record_model_event(model, ModelEvent::LoadFailed);
                 Err(())
+            }
+        }
+    }
+}
+
+impl ModelRepository {
+    /// A share of the response cache for a new load of `model`, if it enables
+    /// `response_cache`. Without a server cache it is served uncached, as Triton does (the
+    /// cache must be enabled on both sides), with a warning that says how to turn it on.
+    fn cache_scope(&self, model: &str, config: &ModelConfig) -> Option<CacheScope> {
+        if !config.response_cache.enable {
+            return None;
+        }
+        match &self.response_cache {
+            Some(cache) => Some(cache.scope()),
+            None => {
+                tracing::warn!(
+                    model,
+                    "the model enables response_cache but the server has no cache \
+                     (--cache-config local,size=BYTES): its answers are not cached"
+                );
+                None
             }
         }
     }

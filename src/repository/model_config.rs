@@ -27,6 +27,9 @@
 //! pinned = true               # (loaded at start, never evicted); reload = "unload-first"
 //! reload = "side-by-side"     # drops the old version before the new one loads
 //!
+//! [response_cache]            # answer identical requests from the server's cache
+//! enable = true               # (--cache-config local,size=BYTES)
+//!
 //! [[input]]                   # the signature, for formats whose files carry none
 //! name = "features"           # (TorchScript); see `declared`
 //! dtype = "FP32"
@@ -70,6 +73,9 @@ pub struct ModelConfig {
     /// `[lifecycle]`: residency under a memory budget, and how a new version replaces the old.
     #[serde(default)]
     pub lifecycle: LifecycleConfig,
+    /// `[response_cache]`: whether answers are kept in the server's response cache.
+    #[serde(default)]
+    pub response_cache: ResponseCacheConfig,
     /// `[[input]]` tables: the declared signature's inputs, in the order the model takes them.
     #[serde(default)]
     pub input: Vec<DeclaredTensor>,
@@ -134,6 +140,15 @@ pub struct LifecycleConfig {
     pub pinned: bool,
     #[serde(default)]
     pub reload: ReloadMode,
+}
+
+/// `[response_cache]`, Triton's `response_cache { enable: true }`: identical requests are
+/// answered from the server's cache (`--cache-config`) instead of running the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseCacheConfig {
+    #[serde(default)]
+    pub enable: bool,
 }
 
 /// How a new version of a model replaces the one serving.

@@ -2,6 +2,7 @@
 //! its life. The lifecycle publishes a new one whole; a request resolves its version in the one
 //! it took.
 
+use crate::cache::CacheScope;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -37,6 +38,9 @@ pub struct LoadedModel {
     pub pinned: bool,
     /// When it last served a request, in the repository's ticks: the eviction order.
     pub last_used: std::sync::atomic::AtomicU64,
+    /// Its share of the response cache, where its model enables `response_cache` and the
+    /// server has a cache; dropped with the version, which frees its entries.
+    pub response_cache: Option<CacheScope>,
 }
 
 impl LoadedModel {

@@ -137,6 +137,7 @@ impl TritonConfig {
                 );
             }
         }
+        config.response_cache.enable = parsed.response_cache.as_ref().is_some_and(|c| c.enable);
         config.warmup = triton_runtime::warmup(parsed, max_batch_size, &mut ignored);
         config.runtime =
             triton_runtime::runtime(parsed, &mut ignored).map_err(TritonConfigError::Invalid)?;
@@ -315,7 +316,6 @@ fn unapplied(parsed: &triton::ModelConfig) -> Vec<String> {
             "model_repository_agents",
             parsed.model_repository_agents.is_some(),
         ),
-        ("response_cache", parsed.response_cache.is_some()),
         ("model_metrics", parsed.model_metrics.is_some()),
     ];
     set.iter()

@@ -63,8 +63,8 @@ pub fn statistics(
                         count: compute.count,
                         ns: compute.output_ns,
                     }),
-                    cache_hit: Some(pb::StatisticDuration::default()),
-                    cache_miss: Some(pb::StatisticDuration::default()),
+                    cache_hit: duration(&s.cache_hit),
+                    cache_miss: duration(&s.cache_miss),
                 }),
                 batch_stats: s
                     .batches()

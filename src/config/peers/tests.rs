@@ -27,6 +27,7 @@ fn sample(peer: Peer, flag: &PeerFlag) -> (&'static str, Vec<String>) {
         ("http-address" | "grpc-address" | "metrics-address", _) => "127.0.0.1",
         ("model-repository" | "model-store" | "model_base_path", _) => "{dir}",
         ("log-verbose", _) => "1",
+        ("cache-config", _) => "local,size=1048576",
         (_, Kind::Bool) => "true",
         (_, Kind::Int) => "1",
         (_, Kind::Float) => "1.5",
@@ -319,6 +320,31 @@ fn each_peer_command_line_gets_that_servers_defaults() -> Result<(), ConfigError
         assert_eq!(&resolved, expected, "{line:?}");
         assert_eq!(args.models.startup_models(), None, "{line:?}");
     }
+    Ok(())
+}
+
+#[test]
+fn tritons_cache_flags_size_the_response_cache() -> Result<(), ConfigError> {
+    let lines: &[(&[&str], Option<u64>)] = &[
+        (&["--cache-config", "local,size=1048576"], Some(1 << 20)),
+        (&["--cache-config=local,size=4096"], Some(4096)),
+        (&["--response-cache-byte-size=2048"], Some(2048)),
+        (&["--response-cache-byte-size=0"], None),
+        (&[], None),
+    ];
+    for (flags, expected) in lines {
+        let mut line = vec!["tritonserver", "--model-repository={dir}"];
+        line.extend(flags.iter());
+        let size = serve(&line)?.models.response_cache_bytes();
+        assert_eq!(size, *expected, "{line:?}");
+    }
+    let redis = serve(&[
+        "tritonserver",
+        "--model-repository={dir}",
+        "--cache-config=redis,host=localhost",
+    ]);
+    let refused = redis.err().map(|err| err.to_string()).unwrap_or_default();
+    assert!(refused.contains("redis"), "{refused}");
     Ok(())
 }
 

@@ -29,6 +29,8 @@ pub const TRANSLATED: &[&str] = &[
     "log-error",
     "allow-metrics",
     "metrics-address",
+    "cache-config",
+    "response-cache-byte-size",
 ];
 
 /// Triton's `--repository-poll-secs` default.
@@ -44,6 +46,7 @@ pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
     listeners(given, out)?;
     keepalive(given, out);
     logging(given, out)?;
+    response_cache(given, out);
     if given.contains("disable-auto-complete-config") {
         out.set("strict-model-config", "true");
     }
@@ -58,6 +61,22 @@ pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
         );
     }
     Ok(())
+}
+
+/// The response cache: `--cache-config local,size=N` (given once per setting; the local
+/// cache has only `size`) passes through, our flag checks it; Triton's older
+/// `--response-cache-byte-size N` is the same local cache (0: none).
+fn response_cache(given: &Given, out: &mut Translated) {
+    if let Some(config) = given.all("cache-config").last() {
+        out.set("cache-config", config.clone());
+        return;
+    }
+    match given.last("response-cache-byte-size") {
+        Some(size) if size.trim() != "0" => {
+            out.set("cache-config", format!("local,size={}", size.trim()));
+        }
+        _ => {}
+    }
 }
 
 /// One model repository: tensorport serves one root, so a second, different one is refused.
