@@ -8,6 +8,7 @@
 use crate::backend::BackendError;
 use crate::batcher::{BatchError, BatcherError, RequestError};
 use crate::log_settings::LogSettingsError;
+use crate::pipeline::PipelineError;
 use crate::repository::{ConfineError, RepositoryError, ResidencyError};
 use crate::request::MemoryRefused;
 use crate::shm::ShmError;
@@ -77,6 +78,41 @@ pub enum Error {
     /// that does not hold together.
     #[error(transparent)]
     Repository(#[from] RepositoryError),
+    /// A step of an ensemble failed: the step named, its own error kept (and its kind).
+    #[error("ensemble '{ensemble}' step {number} (model '{model}'): {source}")]
+    EnsembleStep {
+        ensemble: String,
+        number: usize,
+        model: String,
+        #[source]
+        source: Box<Error>,
+    },
+    /// A step answered without a tensor the ensemble reads: its model's signature changed
+    /// since the ensemble was checked, and the ensemble must be reloaded.
+    #[error("ensemble '{ensemble}': {message}; reload the ensemble to check it again")]
+    EnsembleStale { ensemble: String, message: String },
+}
+
+impl Error {
+    /// An ensemble's failure in the request path's terms.
+    pub fn from_pipeline(ensemble: &str, err: PipelineError<Error>) -> Self {
+        match err {
+            PipelineError::Step {
+                number,
+                model,
+                error,
+            } => Self::EnsembleStep {
+                ensemble: ensemble.to_owned(),
+                number,
+                model,
+                source: Box::new(error),
+            },
+            stale @ PipelineError::MissingOutput { .. } => Self::EnsembleStale {
+                ensemble: ensemble.to_owned(),
+                message: stale.to_string(),
+            },
+        }
+    }
 }
 
 /// The repository's parts convert on their own, so that `?` works where a repository call
@@ -139,6 +175,8 @@ impl Error {
             Self::QueueFull { .. } | Self::InputMemory { .. } => ErrorKind::ResourceExhausted,
             Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Self::BatcherStopped { .. } => ErrorKind::Unavailable,
+            Self::EnsembleStep { source, .. } => source.kind(),
+            Self::EnsembleStale { .. } => ErrorKind::Internal,
         }
     }
 

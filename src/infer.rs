@@ -1,6 +1,8 @@
 //! The protocol-independent request path: resolve the model version a request names, check
 //! the decoded request against its signature ([`InferService::prepare`]), run it through the
-//! version's batcher ([`InferService::run`]), and return the requested outputs.
+//! version's batcher ([`InferService::run`]; an ensemble's request through each of its steps,
+//! every step by [`InferService::run_on`] like a request of its own), and return the
+//! requested outputs.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use crate::batcher::{Priority, ValidRequest};
 use crate::cache::KeyParts;
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
+use crate::pipeline::{schedule, Ensemble, Step, StepCall, StepRunner};
 use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
 use crate::request::RequestContext;
 use crate::shm::ShmRegistry;
@@ -102,6 +105,8 @@ impl InferService {
         &self.limits
     }
 
+    /// The serving version `model` names, for readiness: an ensemble's only while every
+    /// step model serves too.
     pub fn resolve(
         &self,
         model: &str,
@@ -110,7 +115,25 @@ impl InferService {
         if model.is_empty() {
             return Err(Error::invalid("the request names no model"));
         }
-        Ok(self.repository.snapshot().resolve(model, &version)?)
+        let snapshot = self.repository.snapshot();
+        let resolved = snapshot.resolve(model, &version)?;
+        // An ensemble is ready when every step model is (as Triton reports it).
+        if let Some(ensemble) = &resolved.ensemble {
+            for (index, step) in ensemble.steps.iter().enumerate() {
+                let selector = step
+                    .version
+                    .map_or(VersionSelector::Latest, VersionSelector::Specific);
+                if let Err(err) = snapshot.resolve(&step.model, &selector) {
+                    return Err(Error::EnsembleStep {
+                        ensemble: resolved.name.to_string(),
+                        number: index + 1,
+                        model: step.model.clone(),
+                        source: Box::new(err.into()),
+                    });
+                }
+            }
+        }
+        Ok(resolved)
     }
 
     /// The serving version a metadata or configuration request names. Under a memory budget a
@@ -190,9 +213,29 @@ impl InferService {
         Ok(Prepared { model, request })
     }
 
-    /// Runs a prepared request through its version's batcher.
+    /// Runs a prepared request: through its version's batcher, or for an ensemble through
+    /// each of its steps.
     pub async fn run(&self, prepared: Prepared) -> Result<PredictionResult, Error> {
         let Prepared { model, request } = prepared;
+        match model.ensemble.clone() {
+            Some(ensemble) => self.run_ensemble(model, &ensemble, request).await,
+            None => self.run_on(model, request).await,
+        }
+    }
+
+    /// Runs a valid request on one model version through its batcher: what every request
+    /// and every ensemble step comes down to.
+    pub async fn run_on(
+        &self,
+        model: Arc<LoadedModel>,
+        request: ValidRequest,
+    ) -> Result<PredictionResult, Error> {
+        if model.ensemble.is_some() {
+            return Err(Error::Unimplemented(format!(
+                "model '{}' is an ensemble, which does not run as a step of another",
+                model.name
+            )));
+        }
         let signature = request.signature();
         let misaligned = request
             .inputs()
@@ -208,6 +251,40 @@ impl InferService {
             signature,
             outputs,
         })
+    }
+
+    /// Runs an ensemble's request through its steps, each on the step model's version
+    /// serving when the step starts; the ensemble's own statistics count the whole.
+    async fn run_ensemble(
+        &self,
+        model: Arc<LoadedModel>,
+        ensemble: &Ensemble,
+        request: ValidRequest,
+    ) -> Result<PredictionResult, Error> {
+        let arrived = Instant::now();
+        let signature = request.signature();
+        let steps = Steps {
+            service: self,
+            deadline: request.deadline(),
+            priority: request.priority(),
+        };
+        let outputs = request.outputs().to_vec();
+        let targets = request.targets().to_vec();
+        let ran = schedule::run(ensemble, request.into_inputs(), &outputs, &targets, &steps).await;
+        match ran {
+            Ok(outputs) => {
+                model.stats.success.record(arrived.elapsed());
+                Ok(PredictionResult {
+                    model,
+                    signature,
+                    outputs,
+                })
+            }
+            Err(err) => {
+                model.stats.fail.record(arrived.elapsed());
+                Err(Error::from_pipeline(&model.name, err))
+            }
+        }
     }
 }
 
@@ -269,6 +346,42 @@ async fn submit(
             model.stats.fail.record(arrived.elapsed());
             Err(err.into())
         }
+    }
+}
+
+/// How an ensemble request's steps run: each as a request of its own to the step model, with
+/// the ensemble request's deadline and priority.
+struct Steps<'s> {
+    service: &'s InferService,
+    deadline: Option<tokio::time::Instant>,
+    priority: Priority,
+}
+
+impl StepRunner for Steps<'_> {
+    type Error = Error;
+
+    async fn run_step(&self, step: &Step, call: StepCall) -> Result<Vec<NamedTensor>, Error> {
+        let selector = step
+            .version
+            .map_or(VersionSelector::Latest, VersionSelector::Specific);
+        // The snapshot of now: a step model that reloaded since the ensemble did serves its
+        // new version; a request already in it keeps the version it holds.
+        let model = self
+            .service
+            .repository
+            .resolve_serving(&step.model, &selector, self.deadline)
+            .await?;
+        let request = ValidRequest::new(
+            model.backend.signatures(),
+            0,
+            call.inputs,
+            call.outputs,
+            call.targets,
+        )?
+        .within_batch_limit(model.backend.max_batch_size())?
+        .with_deadline(self.deadline)
+        .with_priority(self.priority);
+        Ok(self.service.run_on(model, request).await?.outputs)
     }
 }
 

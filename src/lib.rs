@@ -39,6 +39,8 @@
 //! - [`config`]: flags, environment and config file, parsed once in `main`.
 //! - [`repository`]: the model directory and the versions that serve.
 //! - [`backend`]: the `Backend` trait and its runtimes.
+//! - [`pipeline`]: ensembles (Triton's `platform: "ensemble"`): the checked graph of steps and
+//!   the scheduler that runs a request through them.
 //! - [`background`]: the tasks beside the server, watched: one that dies makes it unready.
 //! - [`batcher`]: per-version dynamic batching in front of a backend (bounded queue, one batch
 //!   in flight per instance).
@@ -76,6 +78,7 @@ pub mod log_sink;
 pub mod logging;
 pub mod metrics;
 pub mod overload;
+pub mod pipeline;
 pub mod proto;
 pub mod repository;
 pub mod request;

@@ -172,6 +172,11 @@ impl ValidRequest {
         &self.outputs
     }
 
+    /// Where the caller wants each output written (aligned with [`Self::outputs`], or empty).
+    pub fn targets(&self) -> &[OutputTarget] {
+        &self.targets
+    }
+
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
     }

@@ -106,6 +106,7 @@ impl ModelConfig {
             model_filename: self.model_filename.or(base.model_filename),
             platform: self.platform.or(base.platform),
             max_batch_size: self.max_batch_size.or(base.max_batch_size),
+            ensemble: self.ensemble.or(base.ensemble),
             from_triton: true,
             ignored: triton.ignored,
             mlserver: self.mlserver,

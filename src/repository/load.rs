@@ -66,47 +66,17 @@ impl ModelRepository {
                 },
             ),
         };
-        let loader = self.loader.clone();
-        let task_folder = folder.clone();
-        let task_config = config.clone();
-        let name = model.to_owned();
-        let decorate = self.decorate.clone();
-        let measure = self.measure.clone();
-        let loaded = tokio::task::spawn_blocking(move || {
-          measure.measure(&task_folder.path, || {
-            let backend = loader.load(&task_folder, &task_config).map_err(|err| err.to_string())?;
-            check_signature(backend.signatures(), &task_config.mlserver)?;
-            let backend = match &decorate {
-                Some(decorate) => decorate(&name, backend),
-                None => backend,
-            };
-            // A warmup file is the model's own warmup: it replaces the generated one.
-            let replayed = match warmup_log::find(&task_folder.path) {
-                Some(file) => {
-                    let requests = warmup_log::replay(backend.as_ref(), &file)
-                        .map_err(|err| format!("warmup failed: {err}"))?;
-                    tracing::info!(model = %name, version = task_folder.version, requests, "replayed the warmup file");
-                    true
-                }
-                None => false,
-            };
-            match if replayed && !explicit {
-                Ok(())
-            } else {
-                warmup::run(backend.as_ref(), &warmup)
-            } {
-                Ok(()) => {}
-                // Only a warmup the model asked for can fail its load: generated inputs may
-                // not suit every model.
-                Err(err) if explicit => return Err(err),
-                Err(err) => tracing::warn!(model = %name, version = task_folder.version, error = %err, "default warmup failed; serving anyway"),
-            }
-            Ok(backend)
-          })
-        })
-        .await
-        .map_err(|err| format!("loading failed: {err}"))
-        .and_then(|result| result);
+        let (loaded, ensemble) = match &config.ensemble {
+            Some(steps) => match self.check_ensemble(model, steps, config) {
+                Ok((backend, ensemble)) => (Ok((backend, 0)), Some(ensemble)),
+                Err(error) => (Err(error), None),
+            },
+            None => (
+                self.load_backend(model, folder, config, explicit, warmup)
+                    .await,
+                None,
+            ),
+        };
         match loaded {
             Ok((backend, memory_bytes)) => {
                 let (alive_tx, alive_rx) = oneshot::channel();
@@ -143,6 +113,7 @@ impl ModelRepository {
                     stats,
                     memory,
                     pinned: config.lifecycle.pinned,
+                    ensemble,
                     last_used: AtomicU64::new(0),
                     response_cache: self.cache_scope(model, config),
                 };
@@ -186,6 +157,59 @@ impl ModelRepository {
                 Err(())
             }
         }
+    }
+
+    /// Loads one version's runtime off the reactor and warms it up: the backend and the
+    /// memory its load took.
+    async fn load_backend(
+        &self,
+        model: &str,
+        folder: &VersionFolder,
+        config: &ModelConfig,
+        explicit: bool,
+        warmup: WarmupConfig,
+    ) -> Result<(Arc<dyn Backend>, u64), String> {
+        let loader = self.loader.clone();
+        let task_folder = folder.clone();
+        let task_config = config.clone();
+        let name = model.to_owned();
+        let decorate = self.decorate.clone();
+        let measure = self.measure.clone();
+        tokio::task::spawn_blocking(move || {
+          measure.measure(&task_folder.path, || {
+            let backend = loader.load(&task_folder, &task_config).map_err(|err| err.to_string())?;
+            check_signature(backend.signatures(), &task_config.mlserver)?;
+            let backend = match &decorate {
+                Some(decorate) => decorate(&name, backend),
+                None => backend,
+            };
+            // A warmup file is the model's own warmup: it replaces the generated one.
+            let replayed = match warmup_log::find(&task_folder.path) {
+                Some(file) => {
+                    let requests = warmup_log::replay(backend.as_ref(), &file)
+                        .map_err(|err| format!("warmup failed: {err}"))?;
+                    tracing::info!(model = %name, version = task_folder.version, requests, "replayed the warmup file");
+                    true
+                }
+                None => false,
+            };
+            match if replayed && !explicit {
+                Ok(())
+            } else {
+                warmup::run(backend.as_ref(), &warmup)
+            } {
+                Ok(()) => {}
+                // Only a warmup the model asked for can fail its load: generated inputs may
+                // not suit every model.
+                Err(err) if explicit => return Err(err),
+                Err(err) => tracing::warn!(model = %name, version = task_folder.version, error = %err, "default warmup failed; serving anyway"),
+            }
+            Ok(backend)
+          })
+        })
+        .await
+        .map_err(|err| format!("loading failed: {err}"))
+        .and_then(|result| result)
     }
 }
 

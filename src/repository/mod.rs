@@ -27,6 +27,7 @@ mod confine;
 mod contract;
 mod control;
 mod declared;
+mod ensemble;
 mod error;
 mod lifecycle;
 mod load;

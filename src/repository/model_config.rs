@@ -36,6 +36,21 @@
 //! shape = ["batch", 16]
 //! ```
 //!
+//! An ensemble (Triton's `platform: "ensemble"`) names its steps instead of a model file; its
+//! folder holds an empty version folder `1/`, and `[[input]]` / `[[output]]` declare what
+//! clients call:
+//!
+//! ```toml
+//! platform = "ensemble"
+//! max_batch_size = 8
+//!
+//! [[ensemble.step]]
+//! model = "transform"         # a model of the same repository
+//! version = -1                # -1 (the default): the latest serving version
+//! input_map = { raw = "RAW" } # the step model's input = the ensemble tensor feeding it
+//! output_map = { features = "FEATURES" }  # the step model's output = the tensor it makes
+//! ```
+//!
 //! Top-level keys: `model_filename = "ranker.onnx"` (the file looked for in each version
 //! folder, instead of `model.onnx`, `model.pt` or `saved_model.pb`), `platform` and
 //! `max_batch_size` (Triton's: the largest batch a request may carry).
@@ -51,6 +66,7 @@ use serde::Deserialize;
 use super::declared::{self, DeclaredTensor, RuntimeConfig};
 use crate::backend::Signature;
 use crate::batcher::BatchSettings;
+use crate::pipeline::{EnsembleConfig, ENSEMBLE_PLATFORM};
 
 /// The name of the optional per-model settings file.
 pub const MODEL_CONFIG_FILE: &str = "config.toml";
@@ -92,6 +108,8 @@ pub struct ModelConfig {
     /// larger request is refused; 0, the declared shapes are whole and nothing is batched.
     /// Unset: no limit beyond `[batching]`'s.
     pub max_batch_size: Option<usize>,
+    /// `[ensemble]`: the steps of an ensemble (`platform = "ensemble"`).
+    pub ensemble: Option<EnsembleConfig>,
     /// Whether the settings came (in part) from a Triton `config.pbtxt`, whose declared
     /// inputs and outputs are a contract the model file must keep.
     #[serde(skip)]
@@ -241,6 +259,13 @@ impl ModelConfig {
         }
         self.policy()?;
         self.signature()?;
+        let is_ensemble = self.platform.as_deref() == Some(ENSEMBLE_PLATFORM);
+        if is_ensemble != self.ensemble.is_some() {
+            return Err(format!(
+                "platform \"{ENSEMBLE_PLATFORM}\" and the ensemble's steps go together: \
+                 give both (ensemble_scheduling, or [[ensemble.step]]) or neither"
+            ));
+        }
         if let Some((label, _)) = self.version_labels.iter().find(|(_, &v)| v == 0) {
             return Err(format!(
                 "[version_labels]: label '{label}' must name a positive version"

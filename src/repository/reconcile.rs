@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::control::{fingerprint, Control, Fingerprint, ServedModel};
+use super::ensemble::is_ensemble;
 use super::lifecycle::ModelRepository;
 use super::mlserver_layout::model_folders;
 use super::mlserver_settings::{self, MlserverModel};
@@ -205,7 +206,12 @@ impl ModelRepository {
             .map(|s| s.name.clone())
             .collect();
         self.publish(|snapshot| snapshot.waiting = waiting);
-        for source in sources.iter().filter(|s| wanted(&s.name)) {
+        // Ensembles last: they are checked against the step models serving when they load.
+        let (ensembles, models): (Vec<&Source>, Vec<&Source>) = sources
+            .iter()
+            .filter(|s| wanted(&s.name))
+            .partition(|s| is_ensemble(&s.config));
+        for source in models.into_iter().chain(ensembles) {
             if control.unloaded.contains(&source.name) {
                 self.retire_all(control, &source.name);
                 continue;

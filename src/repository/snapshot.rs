@@ -11,6 +11,7 @@ use super::confine::refuse_control_characters;
 use super::error::{too_large_message, RepositoryError};
 use crate::backend::{Backend, Signature};
 use crate::batcher::BatcherHandle;
+use crate::pipeline::Ensemble;
 use crate::stats::ModelStats;
 use crate::version::VersionSelector;
 
@@ -36,6 +37,8 @@ pub struct LoadedModel {
     pub memory: Arc<MemoryCharge>,
     /// `[lifecycle] pinned`: never evicted.
     pub pinned: bool,
+    /// For an ensemble, its checked steps: requests run through them instead of `batcher`.
+    pub ensemble: Option<Arc<Ensemble>>,
     /// When it last served a request, in the repository's ticks: the eviction order.
     pub last_used: std::sync::atomic::AtomicU64,
     /// Its share of the response cache, where its model enables `response_cache` and the

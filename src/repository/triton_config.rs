@@ -20,6 +20,7 @@
 //! | `default_model_filename` | the model file looked for in each version folder |
 //! | `platform` / `backend` | checked against the model file found |
 //! | `model_warmup`, `parameters`, `optimization` | see [`super::triton_runtime`] |
+//! | `platform: "ensemble"` with `ensemble_scheduling { step [..] }` | `[[ensemble.step]]` (see `crate::pipeline`) |
 //!
 //! Every other field that is set is named once in [`TritonConfig::ignored`], which the
 //! repository logs when it loads the model. `max_batch_size > 0` without `dynamic_batching`
@@ -32,6 +33,7 @@ use super::declared::{DeclaredDim, DeclaredTensor};
 use super::model_config::{InstancesConfig, ModelConfig, VersionPolicyTable};
 use super::triton_runtime;
 use crate::batcher::BatchSettings;
+use crate::pipeline::{EnsembleConfig, StepConfig};
 
 /// The name of Triton's per-model configuration file.
 pub const TRITON_CONFIG_FILE: &str = "config.pbtxt";
@@ -138,6 +140,7 @@ impl TritonConfig {
             }
         }
         config.response_cache.enable = parsed.response_cache.as_ref().is_some_and(|c| c.enable);
+        config.ensemble = ensemble(parsed)?;
         config.warmup = triton_runtime::warmup(parsed, max_batch_size, &mut ignored);
         config.runtime =
             triton_runtime::runtime(parsed, &mut ignored).map_err(TritonConfigError::Invalid)?;
@@ -165,13 +168,8 @@ fn batching(
                     .into(),
             ));
         }
-        Some(SchedulingChoice::EnsembleScheduling(_)) => {
-            return Err(TritonConfigError::Invalid(
-                "ensemble_scheduling: ensembles are not served; serve each model and chain \
-                 them in the client"
-                    .into(),
-            ))
-        }
+        // An ensemble's steps run on their own models' batchers (see `pipeline`).
+        Some(SchedulingChoice::EnsembleScheduling(_)) => return Ok(None),
         None => return Ok(None),
     };
     if max_batch_size == 0 {
@@ -224,6 +222,31 @@ fn batching(
         .validate()
         .map_err(|err| TritonConfigError::Invalid(format!("dynamic_batching: {err}")))?;
     Ok(Some(settings))
+}
+
+/// `ensemble_scheduling`'s steps, in Triton's terms (`input_map`: the step model's input ->
+/// the ensemble tensor; `output_map`: the step model's output -> the ensemble tensor).
+fn ensemble(parsed: &triton::ModelConfig) -> Result<Option<EnsembleConfig>, TritonConfigError> {
+    use triton::model_config::SchedulingChoice;
+    let Some(SchedulingChoice::EnsembleScheduling(scheduling)) = &parsed.scheduling_choice else {
+        return Ok(None);
+    };
+    if scheduling.step.is_empty() {
+        return Err(TritonConfigError::Invalid(
+            "ensemble_scheduling lists no step: ensembles need at least one".into(),
+        ));
+    }
+    let step = scheduling
+        .step
+        .iter()
+        .map(|step| StepConfig {
+            model: step.model_name.clone(),
+            version: step.model_version,
+            input_map: step.input_map.clone().into_iter().collect(),
+            output_map: step.output_map.clone().into_iter().collect(),
+        })
+        .collect();
+    Ok(Some(EnsembleConfig { step }))
 }
 
 fn version_policy(policy: Option<&triton::ModelVersionPolicy>) -> VersionPolicyTable {

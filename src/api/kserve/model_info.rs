@@ -6,11 +6,13 @@ use super::codec::datatype_name;
 use crate::backend::{Signature, TensorSpec};
 use crate::error::Error;
 use crate::infer::InferService;
+use crate::pipeline::Ensemble;
 use crate::proto::inference::model_config::SchedulingChoice;
+use crate::proto::inference::model_ensembling::Step as EnsembleStep;
 use crate::proto::inference::model_instance_group::Kind as InstanceKind;
 use crate::proto::inference::{
-    DataType as ConfigType, ModelConfig, ModelDynamicBatching, ModelInput, ModelInstanceGroup,
-    ModelOutput, ModelQueuePolicy,
+    DataType as ConfigType, ModelConfig, ModelDynamicBatching, ModelEnsembling, ModelInput,
+    ModelInstanceGroup, ModelOutput, ModelQueuePolicy,
 };
 use crate::repository::VersionSelector;
 use crate::repository::{LoadedModel, VersionState};
@@ -38,6 +40,8 @@ pub const UNBATCHED_MAX_BATCH_SIZE: i32 = 1024;
 fn backend_name(platform: &str) -> &str {
     match platform {
         "onnxruntime_onnx" => "onnxruntime",
+        // Triton names no backend for an ensemble: its steps have theirs.
+        crate::pipeline::ENSEMBLE_PLATFORM => "",
         "pytorch_libtorch" => "pytorch",
         "tensorflow_savedmodel" | "tensorflow_graphdef" => "tensorflow",
         other => other,
@@ -177,15 +181,46 @@ pub async fn model_config(
                 ..Default::default()
             })
             .collect(),
-        instance_group: vec![ModelInstanceGroup {
-            name: model.name.to_string(),
-            kind: InstanceKind::Cpu as i32,
-            count: i32::try_from(model.batcher.instances()).unwrap_or(i32::MAX),
-            ..Default::default()
-        }],
-        scheduling_choice: dynamic_batching(&model).map(SchedulingChoice::DynamicBatching),
+        // An ensemble has no instances of its own: its steps run on their models'.
+        instance_group: match &model.ensemble {
+            Some(_) => Vec::new(),
+            None => vec![ModelInstanceGroup {
+                name: model.name.to_string(),
+                kind: InstanceKind::Cpu as i32,
+                count: i32::try_from(model.batcher.instances()).unwrap_or(i32::MAX),
+                ..Default::default()
+            }],
+        },
+        scheduling_choice: match &model.ensemble {
+            Some(ensemble) => Some(SchedulingChoice::EnsembleScheduling(ensemble_scheduling(
+                ensemble,
+            ))),
+            None => dynamic_batching(&model).map(SchedulingChoice::DynamicBatching),
+        },
         ..Default::default()
     })
+}
+
+/// An ensemble's steps in Triton's terms (`model_version` -1: the latest).
+fn ensemble_scheduling(ensemble: &Ensemble) -> ModelEnsembling {
+    let step = ensemble
+        .steps
+        .iter()
+        .map(|step| EnsembleStep {
+            model_name: step.model.clone(),
+            model_version: step
+                .version
+                .and_then(|v| i64::try_from(v).ok())
+                .unwrap_or(-1),
+            input_map: step.inputs.iter().cloned().collect(),
+            output_map: step.outputs.iter().cloned().collect(),
+            ..Default::default()
+        })
+        .collect();
+    ModelEnsembling {
+        step,
+        ..Default::default()
+    }
 }
 
 /// The dynamic batcher's settings as Triton spells them, when the version merges requests.
@@ -249,6 +284,23 @@ pub fn config_json(config: &ModelConfig) -> Value {
         "output": outputs,
         "instance_group": groups,
     });
+    if let (Some(SchedulingChoice::EnsembleScheduling(ensemble)), Some(object)) =
+        (&config.scheduling_choice, rendered.as_object_mut())
+    {
+        let steps: Vec<Value> = ensemble
+            .step
+            .iter()
+            .map(|step| {
+                json!({
+                    "model_name": step.model_name,
+                    "model_version": step.model_version,
+                    "input_map": step.input_map,
+                    "output_map": step.output_map,
+                })
+            })
+            .collect();
+        object.insert("ensemble_scheduling".into(), json!({ "step": steps }));
+    }
     if let (Some(SchedulingChoice::DynamicBatching(dynamic)), Some(object)) =
         (&config.scheduling_choice, rendered.as_object_mut())
     {
