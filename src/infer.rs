@@ -9,10 +9,11 @@ use crate::backend::{NamedTensor, OutputTarget, Signature};
 use crate::batcher::{Priority, ValidRequest};
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
-use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
+use crate::repository::{LoadedModel, ModelRepository, Rollout, VersionSelector};
 use crate::request::RequestContext;
 use crate::shm::ShmRegistry;
 use crate::tensor::DecodeLimits;
+use crate::traffic::{ShadowDispatcher, ShadowInputs, Traffic};
 
 /// What a request names before its tensors are decoded.
 #[derive(Debug, Clone)]
@@ -36,12 +37,19 @@ pub struct Decoded {
     /// A timeout the protocol carries in the body (KServe's `timeout` parameter); the
     /// request's deadline is the earlier of it and the transport's.
     pub timeout: Option<Duration>,
+    /// Whether an input is a view of the client's shared memory, which the client may reuse
+    /// once answered: such a request gets no shadow copy.
+    pub client_memory: bool,
 }
 
 /// A request that resolved to a model version and passed validation: ready to run.
 pub struct Prepared {
     pub model: Arc<LoadedModel>,
     pub request: ValidRequest,
+    /// The model's `[traffic]` and `[metrics]`, as its record had them.
+    pub rollout: Option<Arc<Rollout>>,
+    /// The inputs of a request sampled for a shadow copy.
+    pub shadow: Option<ShadowInputs>,
 }
 
 /// The outputs of a prediction and the version that produced them.
@@ -63,6 +71,7 @@ pub struct InferService {
     limits: DecodeLimits,
     metrics: Arc<Metrics>,
     shm: Arc<ShmRegistry>,
+    traffic: Traffic,
 }
 
 impl InferService {
@@ -73,11 +82,21 @@ impl InferService {
         shm: Arc<ShmRegistry>,
     ) -> Self {
         Self {
+            traffic: Traffic::new(repository.clone(), metrics.clone()),
             repository,
             limits,
             metrics,
             shm,
         }
+    }
+
+    /// Sets up the shadow queue (`--max-concurrent-requests`, a test's small queue).
+    pub fn with_shadow(
+        mut self,
+        configure: impl FnOnce(ShadowDispatcher) -> ShadowDispatcher,
+    ) -> Self {
+        self.traffic = self.traffic.with_shadow(configure);
+        self
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -160,15 +179,16 @@ impl InferService {
             return Err(Error::invalid("the request names no model"));
         }
         let load_deadline = deadline_of(context, body_timeout);
+        let rollout = self.rollout_of(target.model);
         let model = self
-            .repository
-            .resolve_serving(target.model, &target.version, load_deadline)
+            .resolve_routed(&target, rollout.as_deref(), context, load_deadline)
             .await?;
         if let Some(context) = context {
             context.set_model(&model.name, model.version);
         }
         let (signature, sig) = model.signature(target.signature)?;
         let decoded = decode(sig)?;
+        let client_memory = decoded.client_memory;
         let deadline = earlier(load_deadline, deadline_of(context, decoded.timeout));
         let request = ValidRequest::new(
             model.backend.signatures(),
@@ -180,12 +200,58 @@ impl InferService {
         .within_batch_limit(model.backend.max_batch_size())?
         .with_deadline(deadline)
         .with_priority(decoded.priority);
-        Ok(Prepared { model, request })
+        let copy = self.traffic.sample(rollout.as_deref(), &model, context);
+        let shadow = self
+            .traffic
+            .keep_inputs(copy, client_memory, &model, &request);
+        Ok(Prepared {
+            model,
+            request,
+            rollout,
+            shadow,
+        })
+    }
+
+    /// The model's rollout settings in the current snapshot.
+    fn rollout_of(&self, model: &str) -> Option<Arc<Rollout>> {
+        let snapshot = self.repository.snapshot();
+        snapshot.model(model).ok()?.rollout.clone()
+    }
+
+    /// The serving version for `target`: the split's choice when it names none and the model
+    /// has a split, else the one it names. A split target that does not serve (yet) leaves
+    /// the request to the version it names, so a weight never fails a request.
+    async fn resolve_routed(
+        &self,
+        target: &ModelTarget<'_>,
+        rollout: Option<&Rollout>,
+        context: Option<&RequestContext>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Arc<LoadedModel>, Error> {
+        let routed = self.traffic.route(rollout, &target.version, context);
+        if let Some(chosen) = routed {
+            let resolved = self
+                .repository
+                .resolve_serving(target.model, &chosen, deadline);
+            if let Ok(model) = resolved.await {
+                self.traffic.routed(&model);
+                return Ok(model);
+            }
+        }
+        Ok(self
+            .repository
+            .resolve_serving(target.model, &target.version, deadline)
+            .await?)
     }
 
     /// Runs a prepared request through its version's batcher.
     pub async fn run(&self, prepared: Prepared) -> Result<PredictionResult, Error> {
-        let Prepared { model, request } = prepared;
+        let Prepared {
+            model,
+            request,
+            rollout,
+            shadow,
+        } = prepared;
         let signature = request.signature();
         let misaligned = request
             .inputs()
@@ -199,6 +265,8 @@ impl InferService {
         match model.batcher.submit(request).await {
             Ok(outputs) => {
                 model.stats.success.record(arrived.elapsed());
+                self.traffic
+                    .after_run(rollout.as_deref(), &model, &outputs, shadow);
                 Ok(PredictionResult {
                     model,
                     signature,

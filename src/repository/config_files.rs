@@ -98,6 +98,8 @@ impl ModelConfig {
             output,
             instances: self.instances.or(base.instances),
             lifecycle: self.lifecycle,
+            traffic: self.traffic,
+            metrics: self.metrics,
             model_filename: self.model_filename.or(base.model_filename),
             platform: self.platform.or(base.platform),
             max_batch_size: self.max_batch_size.or(base.max_batch_size),

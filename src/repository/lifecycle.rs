@@ -30,6 +30,7 @@ use super::loader::Loader;
 use super::residency::Residency;
 use super::snapshot::{ModelRecord, Snapshot, VersionState};
 use crate::backend::Backend;
+use crate::request::StickyHeaders;
 
 /// The model repository: the current snapshot, and the lifecycle that replaces it.
 pub struct ModelRepository {
@@ -52,6 +53,9 @@ pub struct ModelRepository {
     pub(super) residency: Residency,
     /// Measures each load's memory, one load at a time.
     pub(super) measure: Arc<LoadMeasure>,
+    /// The headers the models' splits are sticky on, for the outermost layer to copy into
+    /// each request's context; replaced after every reconciliation.
+    pub(super) sticky: Arc<StickyHeaders>,
 }
 
 /// Wraps a freshly loaded backend of the named model, for instance to observe its runs or
@@ -72,7 +76,13 @@ impl ModelRepository {
             budget: None,
             residency: Residency::default(),
             measure: Arc::new(LoadMeasure::default()),
+            sticky: Arc::default(),
         }
+    }
+
+    /// The sticky split headers of the models served, kept current on every poll.
+    pub fn sticky_headers(&self) -> Arc<StickyHeaders> {
+        self.sticky.clone()
     }
 
     /// Keeps the memory of resident versions under `budget` bytes (`--model-memory-budget`):

@@ -33,6 +33,9 @@
 //! shape = ["batch", 16]
 //! ```
 //!
+//! `[traffic]` (a split between versions, shadow copies) and `[metrics]` (score histograms)
+//! are described in `rollout`.
+//!
 //! Top-level keys: `model_filename = "ranker.onnx"` (the file looked for in each version
 //! folder, instead of `model.onnx`, `model.pt` or `saved_model.pb`), `platform` and
 //! `max_batch_size` (Triton's: the largest batch a request may carry).
@@ -46,6 +49,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::declared::{self, DeclaredTensor, RuntimeConfig};
+use super::rollout::{MetricsConfig, Rollout, TrafficConfig};
 use crate::backend::Signature;
 use crate::batcher::BatchSettings;
 
@@ -70,6 +74,12 @@ pub struct ModelConfig {
     /// `[lifecycle]`: residency under a memory budget, and how a new version replaces the old.
     #[serde(default)]
     pub lifecycle: LifecycleConfig,
+    /// `[traffic]`: the split between versions and shadow copies (see `rollout`).
+    #[serde(default)]
+    pub traffic: TrafficConfig,
+    /// `[metrics]`: per-model metrics beyond the defaults.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     /// `[[input]]` tables: the declared signature's inputs, in the order the model takes them.
     #[serde(default)]
     pub input: Vec<DeclaredTensor>,
@@ -231,6 +241,7 @@ impl ModelConfig {
                 "[version_labels]: label '{label}' must name a positive version"
             ));
         }
+        self.rollout()?;
         if let Some(name) = &self.model_filename {
             if name.is_empty() || name.contains('/') || name == "." || name == ".." {
                 return Err(format!(
@@ -246,6 +257,11 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+
+    /// `[traffic]` and `[metrics]` checked against the labels; `None` when they ask nothing.
+    pub fn rollout(&self) -> Result<Option<Rollout>, String> {
+        Rollout::from_config(&self.traffic, &self.metrics, &self.version_labels)
     }
 
     /// The signature `[[input]]` / `[[output]]` declare, as clients see it, if they do.
