@@ -9,14 +9,18 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{NamedTensor, OutputTarget, Signature};
 use crate::batcher::{Priority, ValidRequest};
-use crate::cache::KeyParts;
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
 use crate::pipeline::{schedule, Ensemble, Step, StepCall, StepRunner};
-use crate::repository::{LoadedModel, ModelRepository, VersionSelector};
+use crate::repository::{LoadedModel, ModelRepository, Rollout, VersionSelector};
 use crate::request::RequestContext;
 use crate::shm::ShmRegistry;
 use crate::tensor::DecodeLimits;
+use crate::traffic::{ShadowDispatcher, ShadowInputs, Traffic};
+
+mod cached_run;
+
+pub use cached_run::run_validated;
 
 /// What a request names before its tensors are decoded.
 #[derive(Debug, Clone)]
@@ -40,12 +44,19 @@ pub struct Decoded {
     /// A timeout the protocol carries in the body (KServe's `timeout` parameter); the
     /// request's deadline is the earlier of it and the transport's.
     pub timeout: Option<Duration>,
+    /// Whether an input is a view of the client's shared memory, which the client may reuse
+    /// once answered: such a request gets no shadow copy.
+    pub client_memory: bool,
 }
 
 /// A request that resolved to a model version and passed validation: ready to run.
 pub struct Prepared {
     pub model: Arc<LoadedModel>,
     pub request: ValidRequest,
+    /// The model's `[traffic]` and `[metrics]`, as its record had them.
+    pub rollout: Option<Arc<Rollout>>,
+    /// The inputs of a request sampled for a shadow copy.
+    pub shadow: Option<ShadowInputs>,
 }
 
 /// The outputs of a prediction and the version that produced them.
@@ -67,6 +78,7 @@ pub struct InferService {
     limits: DecodeLimits,
     metrics: Arc<Metrics>,
     shm: Arc<ShmRegistry>,
+    traffic: Traffic,
 }
 
 impl InferService {
@@ -77,11 +89,21 @@ impl InferService {
         shm: Arc<ShmRegistry>,
     ) -> Self {
         Self {
+            traffic: Traffic::new(repository.clone(), metrics.clone()),
             repository,
             limits,
             metrics,
             shm,
         }
+    }
+
+    /// Sets up the shadow queue (`--max-concurrent-requests`, a test's small queue).
+    pub fn with_shadow(
+        mut self,
+        configure: impl FnOnce(ShadowDispatcher) -> ShadowDispatcher,
+    ) -> Self {
+        self.traffic = self.traffic.with_shadow(configure);
+        self
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -190,15 +212,16 @@ impl InferService {
             context.name_model(target.model);
         }
         let load_deadline = deadline_of(context, body_timeout);
+        let rollout = self.rollout_of(target.model);
         let model = self
-            .repository
-            .resolve_serving(target.model, &target.version, load_deadline)
+            .resolve_routed(&target, rollout.as_deref(), context, load_deadline)
             .await?;
         if let Some(context) = context {
             context.set_model(&model.name, model.version);
         }
         let (signature, sig) = model.signature(target.signature)?;
         let decoded = decode(sig)?;
+        let client_memory = decoded.client_memory;
         let deadline = earlier(load_deadline, deadline_of(context, decoded.timeout));
         let request = ValidRequest::new(
             model.backend.signatures(),
@@ -210,17 +233,66 @@ impl InferService {
         .within_batch_limit(model.backend.max_batch_size())?
         .with_deadline(deadline)
         .with_priority(decoded.priority);
-        Ok(Prepared { model, request })
+        let copy = self.traffic.sample(rollout.as_deref(), &model, context);
+        let shadow = self
+            .traffic
+            .keep_inputs(copy, client_memory, &model, &request);
+        Ok(Prepared {
+            model,
+            request,
+            rollout,
+            shadow,
+        })
+    }
+
+    /// The model's rollout settings in the current snapshot.
+    fn rollout_of(&self, model: &str) -> Option<Arc<Rollout>> {
+        let snapshot = self.repository.snapshot();
+        snapshot.model(model).ok()?.rollout.clone()
+    }
+
+    /// The serving version for `target`: the split's choice when it names none and the model
+    /// has a split, else the one it names. A split target that does not serve (yet) leaves
+    /// the request to the version it names, so a weight never fails a request.
+    async fn resolve_routed(
+        &self,
+        target: &ModelTarget<'_>,
+        rollout: Option<&Rollout>,
+        context: Option<&RequestContext>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Arc<LoadedModel>, Error> {
+        let routed = self.traffic.route(rollout, &target.version, context);
+        if let Some(chosen) = routed {
+            let resolved = self
+                .repository
+                .resolve_serving(target.model, &chosen, deadline);
+            if let Ok(model) = resolved.await {
+                self.traffic.routed(&model);
+                return Ok(model);
+            }
+        }
+        Ok(self
+            .repository
+            .resolve_serving(target.model, &target.version, deadline)
+            .await?)
     }
 
     /// Runs a prepared request: through its version's batcher, or for an ensemble through
     /// each of its steps.
     pub async fn run(&self, prepared: Prepared) -> Result<PredictionResult, Error> {
-        let Prepared { model, request } = prepared;
-        match model.ensemble.clone() {
+        let Prepared {
+            model,
+            request,
+            rollout,
+            shadow,
+        } = prepared;
+        let result = match model.ensemble.clone() {
             Some(ensemble) => self.run_ensemble(model, &ensemble, request).await,
             None => self.run_on(model, request).await,
-        }
+        }?;
+        self.traffic
+            .after_run(rollout.as_deref(), &result.model, &result.outputs, shadow);
+        Ok(result)
     }
 
     /// Runs a valid request on one model version through its batcher: what every request
@@ -284,67 +356,6 @@ impl InferService {
                 model.stats.fail.record(arrived.elapsed());
                 Err(Error::from_pipeline(&model.name, err))
             }
-        }
-    }
-}
-
-/// Runs a validated request on `model`: answered from the response cache where the model has
-/// a share of it and the same request was answered before, else through its batcher (and the
-/// answer stored). Every way into a model's runs goes through here, an ensemble's steps too,
-/// so that each is counted and cached alike.
-///
-/// A request that may be cached runs on the key's copy of its inputs, never on a client's
-/// shared memory directly, and returns its outputs in the runtime's buffers rather than
-/// writing them into the client's regions: the client could rewrite either while the model
-/// runs, and the stored answer would then not be the answer to its key. The protocol copies
-/// outputs into the regions afterwards, for a hit and a miss alike.
-pub async fn run_validated(
-    model: &Arc<LoadedModel>,
-    request: ValidRequest,
-) -> Result<Vec<NamedTensor>, Error> {
-    let arrived = Instant::now();
-    let Some(scope) = &model.response_cache else {
-        return submit(model, request, arrived).await;
-    };
-    let parts = KeyParts {
-        model: &model.name,
-        load: scope.id(),
-        signature: request.signature(),
-        inputs: request.inputs(),
-        outputs: request.outputs(),
-    };
-    let Some((key, copied_inputs)) = scope.store().key(&parts) else {
-        return submit(model, request, arrived).await;
-    };
-    if let Some(answer) = scope.store().get(&key) {
-        let outputs = answer.to_vec();
-        model
-            .stats
-            .record_cache_hit(request.inferences(), arrived.elapsed());
-        return Ok(outputs);
-    }
-    let looked_up = arrived.elapsed();
-    let outputs = submit(model, request.over_copied_inputs(copied_inputs), arrived).await?;
-    let storing = Instant::now();
-    scope.store().insert(scope.id(), key, &outputs);
-    model.stats.cache_miss.record(looked_up + storing.elapsed());
-    Ok(outputs)
-}
-
-/// Runs `request` through `model`'s batcher, counting its success or failure since `arrived`.
-async fn submit(
-    model: &LoadedModel,
-    request: ValidRequest,
-    arrived: Instant,
-) -> Result<Vec<NamedTensor>, Error> {
-    match model.batcher.submit(request).await {
-        Ok(outputs) => {
-            model.stats.success.record(arrived.elapsed());
-            Ok(outputs)
-        }
-        Err(err) => {
-            model.stats.fail.record(arrived.elapsed());
-            Err(err.into())
         }
     }
 }

@@ -36,6 +36,8 @@
 //! - [`api`]: the front door (shared state, hot routes, health, scrape) and a folder per
 //!   protocol transport, each a dispatcher above its operations.
 //! - [`infer`]: `InferService`, the one way into a model.
+//! - [`traffic`]: a model's rollout: the split between versions, shadow copies, score
+//!   histograms.
 //! - [`config`]: flags, environment and config file, parsed once in `main`.
 //! - [`repository`]: the model directory and the versions that serve.
 //! - [`backend`]: the `Backend` trait and its runtimes.
@@ -88,6 +90,7 @@ pub mod shm;
 pub mod stats;
 pub mod tensor;
 pub mod textproto;
+pub mod traffic;
 pub mod transport;
 pub mod version;
 pub mod wire_error;

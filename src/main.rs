@@ -231,22 +231,28 @@ fn serve(
         };
         let repository = Arc::new(repository);
         let max_request_bytes = options.max_request_bytes;
-        let infer = Arc::new(InferService::new(
-            repository.clone(),
-            DecodeLimits {
-                max_tensor_bytes: max_request_bytes,
-                // The CPUs this process may run on (its affinity and cgroup quota), less the
-                // request's own.
-                scan_helpers: ScanHelpers::new(
-                    std::thread::available_parallelism().map_or(1, usize::from) - 1,
-                ),
-            },
-            metrics,
-            Arc::new(ShmRegistry::with_limits(
-                args.shared_memory.shm,
-                args.shm_limits(),
-            )),
-        ));
+        let infer = Arc::new(
+            InferService::new(
+                repository.clone(),
+                DecodeLimits {
+                    max_tensor_bytes: max_request_bytes,
+                    // The CPUs this process may run on (its affinity and cgroup quota), less the
+                    // request's own.
+                    scan_helpers: ScanHelpers::new(
+                        std::thread::available_parallelism().map_or(1, usize::from) - 1,
+                    ),
+                },
+                metrics,
+                Arc::new(ShmRegistry::with_limits(
+                    args.shared_memory.shm,
+                    args.shm_limits(),
+                )),
+            )
+            .with_shadow(|shadow| {
+                // Shadow copies stop short of the limit, so they never take a client's place.
+                shadow.with_concurrency_limit(options.overload.max_concurrent_requests)
+            }),
+        );
         tracing::info!(
             grpc = %grpc.as_ref().map(local).unwrap_or_else(|| "off".into()),
             rest = %rest.as_ref().map(local).unwrap_or_else(|| "off".into()),

@@ -6,7 +6,7 @@
 //! This file holds [`Metrics`], the registry and the request-path families. Beside it, by
 //! concern: `labels` (the leaf: label sets, buckets, the public label values), `model` (one
 //! version's batcher handles), `lifecycle` (loads, unloads, readiness), `residency` (models
-//! under a memory budget), `send_timeouts` and `process`. [`Metrics`] holds the families of
+//! under a memory budget), `traffic` (splits, shadow copies, scores), `send_timeouts` and `process`. [`Metrics`] holds the families of
 //! each and forwards its public methods to them, so the imports run one way: down from here.
 //! `peers` writes Triton's and TF Serving's names for the same figures at scrape time.
 
@@ -17,12 +17,14 @@ mod peers;
 mod process;
 mod residency;
 mod send_timeouts;
+mod traffic;
 
 pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
 pub use model::ModelMetrics;
 pub use peers::VersionFigures;
 pub use residency::LoadWaiter;
 pub use send_timeouts::SendTimeouts;
+pub use traffic::{ShadowDropReason, TrafficMetrics};
 
 use std::sync::Arc;
 
@@ -57,6 +59,7 @@ pub struct Metrics {
     refusals: Family<RefusalLabels, Counter>,
     lifecycle: lifecycle::ModelLifecycle,
     residency: residency::ResidencyMetrics,
+    traffic: TrafficMetrics,
     send_timeouts: SendTimeouts,
     request_memory: Gauge,
     /// Whether scrapes carry the peers' names too (`--peer-metric-names`).
@@ -196,6 +199,7 @@ impl Metrics {
         );
         let lifecycle = lifecycle::ModelLifecycle::register(registry);
         let residency = residency::ResidencyMetrics::register(registry);
+        let traffic = TrafficMetrics::register(registry);
         let send_timeouts = register_send_timeouts(registry);
         let request_memory = Gauge::default();
         registry.register(
@@ -222,6 +226,7 @@ impl Metrics {
             refusals,
             lifecycle,
             residency,
+            traffic,
             send_timeouts,
             request_memory,
             peer_names: true,
@@ -235,6 +240,11 @@ impl Metrics {
     }
 
     /// The request memory budget's count, for the budget to keep.
+    /// The split's, shadow copies' and score distributions' families.
+    pub fn traffic(&self) -> &TrafficMetrics {
+        &self.traffic
+    }
+
     pub fn request_memory(&self) -> Gauge {
         self.request_memory.clone()
     }

@@ -84,7 +84,7 @@ use http::HeaderName;
 use tower::{Layer, ServiceBuilder};
 
 use crate::metrics::Metrics;
-use crate::request::RequestIds;
+use crate::request::{RequestIds, StickyHeaders};
 use bypass::{Bypass, BypassLayer};
 use observe::{Observe, ObserveLayer, Observer};
 use protection::Protection;
@@ -119,6 +119,16 @@ pub struct Overload {
 
 impl Overload {
     pub fn new(settings: &OverloadSettings, metrics: Arc<Metrics>) -> Self {
+        Self::sticky_on(settings, metrics, Arc::default())
+    }
+
+    /// [`Self::new`], copying into each request's context its values of the headers that
+    /// `sticky` names (the models' sticky split headers, kept current by the repository).
+    pub fn sticky_on(
+        settings: &OverloadSettings,
+        metrics: Arc<Metrics>,
+        sticky: Arc<StickyHeaders>,
+    ) -> Self {
         // One budget: admission charges bodies to it, adapters their decoded tensors, the
         // transport the answers being sent.
         let memory = MemoryBudget::counted_in(
@@ -144,6 +154,7 @@ impl Overload {
                 default_timeout: settings.request_timeout,
                 access_log: access_log::AccessLog::start(settings.access_log),
                 memory: Arc::new(memory),
+                sticky,
             }),
         }
     }

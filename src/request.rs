@@ -11,8 +11,12 @@ use std::time::Duration;
 
 use std::fmt::Write;
 
+mod after_answer;
+
+pub use after_answer::{AnswerSent, StickyHeaders, MODEL_VERSION_HEADER};
+
 use bytes::BytesMut;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
 mod deadline;
@@ -167,6 +171,9 @@ pub struct RequestContext {
     /// Set when a charge to `memory` was refused, so that the answer is counted as a refusal
     /// for memory rather than for a full queue (both are RESOURCE_EXHAUSTED).
     memory_refused: AtomicBool,
+    /// The values of the headers some model's split is sticky on (usually none).
+    sticky: Vec<(HeaderName, HeaderValue)>,
+    answer_sent: after_answer::AnswerSignal,
 }
 
 impl RequestContext {
@@ -179,7 +186,43 @@ impl RequestContext {
             addressed: OnceLock::new(),
             memory: None,
             memory_refused: AtomicBool::new(false),
+            sticky: Vec::new(),
+            answer_sent: Default::default(),
         }
+    }
+
+    /// Carries `sticky`, the request's values of the sticky headers ([`StickyHeaders`]).
+    pub fn with_sticky(mut self, sticky: Vec<(HeaderName, HeaderValue)>) -> Self {
+        self.sticky = sticky;
+        self
+    }
+
+    /// The request's value of the sticky header `name`, if it sent one.
+    pub fn sticky_value(&self, name: &HeaderName) -> Option<&[u8]> {
+        let found = self.sticky.iter().find(|(n, _)| n == name);
+        found.map(|(_, value)| value.as_bytes())
+    }
+
+    /// Released when [`Self::answered`] runs (or the context is dropped).
+    pub fn after_answer(&self) -> AnswerSent {
+        self.answer_sent.subscribe()
+    }
+
+    /// The answer is being handed to the transport: names the version that served in its
+    /// headers (gRPC's initial metadata) and releases what waits for the answer.
+    pub fn answered(&self, headers: &mut HeaderMap) {
+        if let Some((_, version)) = self.model() {
+            headers.insert(
+                HeaderName::from_static(MODEL_VERSION_HEADER),
+                HeaderValue::from(version),
+            );
+        }
+        self.answer_sent.release();
+    }
+
+    /// The request ended without an answer to hand over.
+    pub fn ended(&self) {
+        self.answer_sent.release();
     }
 
     /// Charges what the request's decoded data holds beyond its body to `pool`.
@@ -336,61 +379,4 @@ pub struct MemoryRefused {
 pub struct DecodedFootprint(pub u64);
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn protocols_follow_the_path() {
-        assert_eq!(
-            Protocol::of_grpc_path("/tensorflow.serving.PredictionService/Predict"),
-            Protocol::TfServingGrpc
-        );
-        assert_eq!(
-            Protocol::of_grpc_path("/inference.GRPCInferenceService/ModelInfer"),
-            Protocol::KserveGrpc
-        );
-        assert_eq!(
-            Protocol::of_http_path("/v1/models/m:predict"),
-            Protocol::TfServingRest
-        );
-        assert_eq!(
-            Protocol::of_http_path("/v2/models/m/infer"),
-            Protocol::KserveHttp
-        );
-        assert_eq!(Protocol::of_http_path("/metrics"), Protocol::Other);
-        assert!(is_probe("/grpc.health.v1.Health/Check"));
-        assert!(is_probe("/v2/health/ready"));
-        assert!(!is_probe("/v2/models/m/ready"));
-    }
-
-    #[test]
-    fn client_ids_are_kept_when_sane_and_replaced_otherwise() {
-        let ids = RequestIds::new();
-        let mut headers = HeaderMap::new();
-        headers.insert(REQUEST_ID_HEADER, "abc-123".parse().unwrap());
-        assert_eq!(ids.for_request(&headers), "abc-123");
-        headers.insert(REQUEST_ID_HEADER, "has space".parse().unwrap());
-        let generated = ids.for_request(&headers);
-        assert_ne!(generated, "has space");
-        assert_ne!(ids.for_request(&HeaderMap::new()), generated);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_earlier_deadline_wins() {
-        let now = Instant::now();
-        let context = RequestContext::new(
-            HeaderValue::from_static("x"),
-            Protocol::KserveHttp,
-            Some(now + Duration::from_secs(1)),
-        );
-        assert_eq!(
-            context.deadline_within(Some(Duration::from_millis(10))),
-            Some(now + Duration::from_millis(10))
-        );
-        assert_eq!(
-            context.deadline_within(Some(Duration::from_secs(5))),
-            Some(now + Duration::from_secs(1))
-        );
-        assert_eq!(context.deadline_within(None), context.deadline());
-    }
-}
+mod tests;

@@ -261,7 +261,11 @@ pub async fn run(
         options.background.clone(),
     ));
     health.publish().await;
-    let overload = Arc::new(Overload::new(&options.overload, infer.shared_metrics()));
+    let overload = Arc::new(Overload::sticky_on(
+        &options.overload,
+        infer.shared_metrics(),
+        infer.repository().sticky_headers(),
+    ));
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         // An error means the sender is gone, which also means stop.

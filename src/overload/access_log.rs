@@ -233,6 +233,16 @@ impl AccessLog {
     }
 }
 
+/// The request body's declared size, for its access-log line.
+pub(super) fn content_length(headers: &http::HeaderMap) -> Option<u64> {
+    headers
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use axum::body::HttpBody;
 use axum::extract::ConnectInfo;
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, Version};
+use axum::http::{header, HeaderName, HeaderValue, Request, Response, Version};
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tonic::transport::server::TcpConnectInfo;
@@ -20,12 +20,13 @@ use tower::Service;
 use tracing::instrument::Instrumented;
 use tracing::{Instrument, Span};
 
-use super::access_log::{AccessEntry, AccessLog};
+use super::access_log::{content_length, AccessEntry, AccessLog};
 use super::drain::RequestBody;
 use super::refusal::{BodyUnread, Outcome, Refusal, Refused, Transport};
 use crate::metrics::{Metrics, RefusalReason};
 use crate::request::{
-    client_timeout, MemoryPool, Protocol, RequestContext, RequestIds, REQUEST_ID_HEADER,
+    client_timeout, MemoryPool, Protocol, RequestContext, RequestIds, StickyHeaders,
+    REQUEST_ID_HEADER,
 };
 
 /// What every [`Observe`] service of one server shares.
@@ -39,6 +40,8 @@ pub struct Observer {
     /// The request memory budget, for adapters to charge decoded tensors to through each
     /// request's context.
     pub memory: Arc<dyn MemoryPool>,
+    /// The headers models' splits are sticky on, copied into each request's context.
+    pub sticky: Arc<StickyHeaders>,
 }
 
 pub struct Observe<S, B> {
@@ -120,9 +123,10 @@ where
             .ok()
             .and_then(|timeout| timeout.or(self.observer.default_timeout))
             .and_then(|timeout| started.checked_add(timeout));
-        let context = Arc::new(
-            RequestContext::new(id, protocol, deadline).with_memory(self.observer.memory.clone()),
-        );
+        let context = RequestContext::new(id, protocol, deadline)
+            .with_memory(self.observer.memory.clone())
+            .with_sticky(self.observer.sticky.capture(request.headers()));
+        let context = Arc::new(context);
         let access = self.observer.access_log.is_some().then(|| Access {
             time: SystemTime::now(),
             client: client_address(&request),
@@ -324,15 +328,6 @@ fn client_address<T>(request: &Request<T>) -> Option<SocketAddr> {
         })
 }
 
-fn content_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
-}
-
 /// The status the access log shows: the HTTP status, or for gRPC the status code (a success
 /// carries it in the trailers, so no header means 0, OK).
 fn logged_status<B: Transport>(response: &Response<B>) -> u16 {
@@ -349,6 +344,7 @@ fn logged_status<B: Transport>(response: &Response<B>) -> u16 {
 
 impl Record {
     fn answered<B: Transport + HttpBody>(self, response: &mut Response<B>) {
+        self.context.answered(response.headers_mut());
         // A `HeaderName` built once: inserting by `&str` would copy the custom name on every
         // response. The value is shared with the request's context, not copied.
         response.headers_mut().insert(
@@ -414,6 +410,7 @@ impl Record {
     /// Counts and logs the request; an answer that never came (`status` `None`) still gets
     /// its access-log line here.
     fn finish(&self, outcome: Outcome, status: Option<u16>, bytes_out: Option<u64>) {
+        self.context.ended();
         if status.is_none() {
             if let Some(access) = &self.access {
                 self.write_access(access, outcome, None, bytes_out);

@@ -138,9 +138,10 @@ impl StreamGate {
         let protocol = Protocol::of_grpc_path(self.path);
         let span = request_span(&id, protocol, self.path);
         // The message's decoded tensors are charged to the budget through its own context.
-        let context = Arc::new(
-            RequestContext::new(id, protocol, deadline).with_memory(self.observer.memory.clone()),
-        );
+        let context = RequestContext::new(id, protocol, deadline)
+            .with_memory(self.observer.memory.clone())
+            .with_sticky(self.observer.sticky.capture(&self.headers));
+        let context = Arc::new(context);
 
         let mut request = Request::new(work(context.clone()));
         *request.headers_mut() = self.headers.clone();

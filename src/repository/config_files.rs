@@ -103,6 +103,8 @@ impl ModelConfig {
             } else {
                 base.response_cache
             },
+            traffic: self.traffic,
+            metrics: self.metrics,
             model_filename: self.model_filename.or(base.model_filename),
             platform: self.platform.or(base.platform),
             max_batch_size: self.max_batch_size.or(base.max_batch_size),

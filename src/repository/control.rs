@@ -43,6 +43,9 @@ pub(super) struct Control {
     /// The problem last logged for each model folder: a poll logs a problem only when it
     /// differs, so an operator reads it once rather than every `--model-poll-secs`.
     pub(super) reported: HashMap<String, String>,
+    /// The `[traffic]` problem last logged for each model, kept apart from `reported` (which
+    /// a folder with versions clears on every poll).
+    pub(super) traffic_reported: HashMap<String, String>,
 }
 
 impl Control {
@@ -52,6 +55,20 @@ impl Control {
             return false;
         }
         self.reported.insert(model.to_owned(), problem.to_owned());
+        true
+    }
+
+    /// [`Self::is_new_problem`] for a model's `[traffic]` settings.
+    pub(super) fn is_new_traffic_problem(&mut self, model: &str, problem: &str) -> bool {
+        if self
+            .traffic_reported
+            .get(model)
+            .is_some_and(|last| last == problem)
+        {
+            return false;
+        }
+        self.traffic_reported
+            .insert(model.to_owned(), problem.to_owned());
         true
     }
 }

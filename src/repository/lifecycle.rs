@@ -31,6 +31,7 @@ use super::loader::Loader;
 use super::residency::Residency;
 use super::snapshot::{ModelRecord, Snapshot, VersionState};
 use crate::backend::Backend;
+use crate::request::StickyHeaders;
 
 /// The model repository: the current snapshot, and the lifecycle that replaces it.
 pub struct ModelRepository {
@@ -56,6 +57,9 @@ pub struct ModelRepository {
     /// `--cache-config`: the server's response cache, which each loaded version of a model
     /// with `response_cache` enabled gets a share of; `None`: nothing is cached.
     pub(super) response_cache: Option<Arc<ResponseCache>>,
+    /// The headers the models' splits are sticky on, for the outermost layer to copy into
+    /// each request's context; replaced after every reconciliation.
+    pub(super) sticky: Arc<StickyHeaders>,
 }
 
 /// Wraps a freshly loaded backend of the named model, for instance to observe its runs or
@@ -77,6 +81,7 @@ impl ModelRepository {
             residency: Residency::default(),
             measure: Arc::new(LoadMeasure::default()),
             response_cache: None,
+            sticky: Arc::default(),
         }
     }
 
@@ -85,6 +90,11 @@ impl ModelRepository {
     pub fn with_response_cache(mut self, cache: Option<Arc<ResponseCache>>) -> Self {
         self.response_cache = cache;
         self
+    }
+
+    /// The sticky split headers of the models served, kept current on every poll.
+    pub fn sticky_headers(&self) -> Arc<StickyHeaders> {
+        self.sticky.clone()
     }
 
     /// Keeps the memory of resident versions under `budget` bytes (`--model-memory-budget`):

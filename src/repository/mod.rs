@@ -39,6 +39,7 @@ mod on_demand;
 mod reconcile;
 mod residency;
 mod retire;
+mod rollout;
 mod scan;
 mod snapshot;
 mod startup;
@@ -69,6 +70,9 @@ pub use mlserver_settings::{MlserverSettingsError, MLSERVER_SETTINGS_FILE};
 pub use model_config::{
     InstancesConfig, LifecycleConfig, MlserverExtras, ModelConfig, ReloadMode, VersionPolicy,
     WarmupConfig, MAX_INSTANCES, MODEL_CONFIG_FILE,
+};
+pub use rollout::{
+    MetricsConfig, Rollout, Shadow, ShadowConfig, Split, TrafficConfig, Weighted, MAX_WEIGHT,
 };
 pub use scan::{
     holds_one_model, is_flat, model_file_in, parse_version, scan_model, subfolders, ScanError,

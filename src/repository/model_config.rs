@@ -50,6 +50,8 @@
 //! input_map = { raw = "RAW" } # the step model's input = the ensemble tensor feeding it
 //! output_map = { features = "FEATURES" }  # the step model's output = the tensor it makes
 //! ```
+//! `[traffic]` (a split between versions, shadow copies) and `[metrics]` (score histograms)
+//! are described in `rollout`.
 //!
 //! Top-level keys: `model_filename = "ranker.onnx"` (the file looked for in each version
 //! folder, instead of `model.onnx`, `model.pt` or `saved_model.pb`), `platform` and
@@ -64,6 +66,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::declared::{self, DeclaredTensor, RuntimeConfig};
+use super::rollout::{MetricsConfig, Rollout, TrafficConfig};
 use crate::backend::Signature;
 use crate::batcher::BatchSettings;
 use crate::pipeline::{EnsembleConfig, ENSEMBLE_PLATFORM};
@@ -92,6 +95,12 @@ pub struct ModelConfig {
     /// `[response_cache]`: whether answers are kept in the server's response cache.
     #[serde(default)]
     pub response_cache: ResponseCacheConfig,
+    /// `[traffic]`: the split between versions and shadow copies (see `rollout`).
+    #[serde(default)]
+    pub traffic: TrafficConfig,
+    /// `[metrics]`: per-model metrics beyond the defaults.
+    #[serde(default)]
+    pub metrics: MetricsConfig,
     /// `[[input]]` tables: the declared signature's inputs, in the order the model takes them.
     #[serde(default)]
     pub input: Vec<DeclaredTensor>,
@@ -271,6 +280,7 @@ impl ModelConfig {
                 "[version_labels]: label '{label}' must name a positive version"
             ));
         }
+        self.rollout()?;
         if let Some(name) = &self.model_filename {
             if name.is_empty() || name.contains('/') || name == "." || name == ".." {
                 return Err(format!(
@@ -286,6 +296,11 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+
+    /// `[traffic]` and `[metrics]` checked against the labels; `None` when they ask nothing.
+    pub fn rollout(&self) -> Result<Option<Rollout>, String> {
+        Rollout::from_config(&self.traffic, &self.metrics, &self.version_labels)
     }
 
     /// The signature `[[input]]` / `[[output]]` declare, as clients see it, if they do.

@@ -14,6 +14,7 @@ use super::lifecycle::ModelRepository;
 use super::mlserver_layout::model_folders;
 use super::mlserver_settings::{self, MlserverModel};
 use super::model_config::{ModelConfig, ReloadMode, VersionPolicy};
+use super::rollout::Rollout;
 use super::scan::{scan_model, ScanError, VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION};
 use super::snapshot::{ModelRecord, Residence, VersionState};
 
@@ -218,7 +219,26 @@ impl ModelRepository {
             }
             self.reconcile_model(control, source).await;
         }
+        self.refresh_sticky_headers();
         Ok(())
+    }
+
+    /// Tells the outermost layer which headers the models' splits are sticky on now.
+    fn refresh_sticky_headers(&self) {
+        let snapshot = self.snapshot();
+        let names = snapshot
+            .models()
+            .filter_map(|record| {
+                record
+                    .rollout
+                    .as_ref()?
+                    .split
+                    .as_ref()?
+                    .sticky_header
+                    .clone()
+            })
+            .collect();
+        self.sticky.set(names);
     }
 
     async fn reconcile_model(&self, control: &mut Control, source: &Source) {
@@ -267,15 +287,18 @@ impl ModelRepository {
         } else {
             control.reported.remove(&source.name);
         }
+        let labels = source
+            .labels_override
+            .clone()
+            .unwrap_or_else(|| config.version_labels.clone());
+        let rollout = self.checked_rollout(control, source, &config, &labels, &aspired);
         self.publish(|snapshot| {
             let record = snapshot
                 .models
                 .entry(source.name.clone())
                 .or_insert_with(|| ModelRecord::new(&source.name));
-            record.labels = source
-                .labels_override
-                .clone()
-                .unwrap_or_else(|| config.version_labels.clone());
+            record.labels = labels;
+            record.rollout = rollout;
         });
 
         let to_load: Vec<(&VersionFolder, Fingerprint)> = source
@@ -372,6 +395,48 @@ impl ModelRepository {
         control
             .failures
             .retain(|(model, v), _| model != &source.name || on_disk.contains(v));
+    }
+
+    /// The model's `[traffic]` and `[metrics]` under its effective labels. A refused table is
+    /// logged and serves nothing (requests then take the latest version); a target the
+    /// version policy does not serve is warned about once, and requests drawn for it take the
+    /// latest version until it serves.
+    fn checked_rollout(
+        &self,
+        control: &mut Control,
+        source: &Source,
+        config: &ModelConfig,
+        labels: &BTreeMap<String, u64>,
+        aspired: &[u64],
+    ) -> Option<Arc<Rollout>> {
+        let checked = Rollout::from_config(&config.traffic, &config.metrics, labels);
+        let rollout = match checked {
+            Ok(rollout) => rollout?,
+            Err(message) => {
+                if control.is_new_traffic_problem(&source.name, &message) {
+                    tracing::error!(model = %source.name, error = %message, "invalid [traffic] settings");
+                }
+                return None;
+            }
+        };
+        let unserved = rollout.unserved(aspired, labels);
+        if !unserved.is_empty() {
+            let message = format!(
+                "[traffic] names versions the version policy does not serve: {} (serve them with [version_policy] all = true)",
+                unserved.join(", ")
+            );
+            if control.is_new_traffic_problem(&source.name, &message) {
+                tracing::warn!(model = %source.name, "{message}");
+            }
+        }
+        if let Some(split) = &rollout.split {
+            let weights = split.targets.iter().map(|t| (t.written.as_str(), t.weight));
+            self.loader
+                .metrics
+                .traffic()
+                .set_split_weights(&source.name, weights);
+        }
+        Some(Arc::new(rollout))
     }
 
     /// Pinned models are loaded whatever the budget; if they hold all of it, nothing else

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::charge::MemoryCharge;
 use super::confine::refuse_control_characters;
 use super::error::{too_large_message, RepositoryError};
+use super::rollout::Rollout;
 use crate::backend::{Backend, Signature};
 use crate::batcher::BatcherHandle;
 use crate::pipeline::Ensemble;
@@ -105,6 +106,8 @@ pub struct ModelRecord {
     pub name: String,
     pub versions: BTreeMap<u64, VersionState>,
     pub labels: BTreeMap<String, u64>,
+    /// `[traffic]` and `[metrics]`, replaced on every poll without touching the versions.
+    pub rollout: Option<Arc<Rollout>>,
 }
 
 impl ModelRecord {
@@ -113,6 +116,7 @@ impl ModelRecord {
             name: name.to_owned(),
             versions: BTreeMap::new(),
             labels: BTreeMap::new(),
+            rollout: None,
         }
     }
 

@@ -70,6 +70,8 @@ pub async fn infer(
                 output_targets,
                 priority: request.priority,
                 timeout: request.timeout,
+                // A region (input or output) the client reuses once answered: no copy reads it.
+                client_memory: !used.is_empty(),
             })
         })
         .await?;

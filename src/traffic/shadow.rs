@@ -1,0 +1,217 @@
+//! Shadow copies: a sampled request runs again on the model's `[traffic.shadow]` target once
+//! its own answer has been handed to the transport; the copy's answer is compared with the
+//! primary's, output by output, and discarded.
+//!
+//! The copy can never delay, fail or change the primary: it is offered to a bounded queue
+//! with `try_send` after the primary's outputs are ready, and dropped (and counted) instead
+//! of waiting when the queue is full, when the primary's or the target's queue has requests
+//! waiting, or when the server is near its limit on requests in flight. One worker runs the
+//! copies one at a time, each only after [`AnswerSent`] says the primary's answer (status,
+//! headers and its encoded body) has left the stack. A copy never writes to the client's
+//! shared memory, and a request with an input in shared memory is not copied at all: the
+//! client may reuse its region as soon as it has its answer.
+
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::mpsc;
+
+use super::values::max_abs_difference;
+use crate::backend::NamedTensor;
+use crate::batcher::ValidRequest;
+use crate::metrics::{Metrics, ShadowDropReason};
+use crate::repository::{LoadedModel, ModelRepository};
+use crate::request::AnswerSent;
+use crate::version::VersionSelector;
+
+/// Copies waiting for the worker; past this, copies are dropped.
+pub const SHADOW_QUEUE: usize = 64;
+
+/// A request sampled for a copy, decided before it runs.
+pub struct ShadowCopy {
+    pub target: VersionSelector,
+    pub answer: AnswerSent,
+}
+
+/// A copy ready to run once the primary's answer is out.
+pub struct ShadowJob {
+    model: Arc<str>,
+    target: VersionSelector,
+    signature: String,
+    inputs: Vec<NamedTensor>,
+    outputs: Vec<String>,
+    primary: Vec<NamedTensor>,
+    answer: AnswerSent,
+}
+
+/// The inputs of a sampled request, kept (by reference: tensors share their bytes) while the
+/// primary runs.
+pub struct ShadowInputs {
+    copy: ShadowCopy,
+    signature: String,
+    inputs: Vec<NamedTensor>,
+    outputs: Vec<String>,
+}
+
+impl ShadowInputs {
+    pub fn of(copy: ShadowCopy, model: &LoadedModel, request: &ValidRequest) -> Self {
+        let signature = model
+            .backend
+            .signatures()
+            .get(request.signature())
+            .map(|sig| sig.name.clone())
+            .unwrap_or_default();
+        Self {
+            copy,
+            signature,
+            inputs: request.inputs().to_vec(),
+            outputs: request.outputs().to_vec(),
+        }
+    }
+
+    /// The job, with the primary's answer to compare against.
+    pub fn with_answer(self, model: &Arc<str>, primary: &[NamedTensor]) -> ShadowJob {
+        ShadowJob {
+            model: model.clone(),
+            target: self.copy.target,
+            signature: self.signature,
+            inputs: self.inputs,
+            outputs: self.outputs,
+            primary: primary.to_vec(),
+            answer: self.copy.answer,
+        }
+    }
+}
+
+/// The queue and its worker, started with the first copy.
+pub struct ShadowDispatcher {
+    repository: Arc<ModelRepository>,
+    metrics: Arc<Metrics>,
+    queue: OnceLock<mpsc::Sender<ShadowJob>>,
+    capacity: usize,
+    /// `--max-concurrent-requests` (0: none): copies stop at 90% of it.
+    concurrency_limit: usize,
+}
+
+impl ShadowDispatcher {
+    pub fn new(repository: Arc<ModelRepository>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            repository,
+            metrics,
+            queue: OnceLock::new(),
+            capacity: SHADOW_QUEUE,
+            concurrency_limit: 0,
+        }
+    }
+
+    pub fn with_concurrency_limit(mut self, limit: usize) -> Self {
+        self.concurrency_limit = limit;
+        self
+    }
+
+    pub fn with_capacity(mut self, capacity: usize) -> Self {
+        self.capacity = capacity.max(1);
+        self
+    }
+
+    /// Counts a copy not made for `reason`.
+    pub fn dropped(&self, model: &Arc<str>, reason: ShadowDropReason) {
+        self.metrics.traffic().record_shadow_dropped(model, reason);
+    }
+
+    /// Queues `job` unless the server is busy; never waits.
+    pub fn offer(&self, job: ShadowJob, primary: &LoadedModel) {
+        if self.near_limit() {
+            return self.dropped(&job.model, ShadowDropReason::NearLimit);
+        }
+        if primary.batcher.queue_depth() > 0 {
+            return self.dropped(&job.model, ShadowDropReason::Busy);
+        }
+        let queue = self.queue.get_or_init(|| self.start());
+        if let Err(refused) = queue.try_send(job) {
+            let job = match refused {
+                mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job) => {
+                    job
+                }
+            };
+            self.dropped(&job.model, ShadowDropReason::QueueFull);
+        }
+    }
+
+    fn near_limit(&self) -> bool {
+        if self.concurrency_limit == 0 {
+            return false;
+        }
+        let in_flight = usize::try_from(self.metrics.in_flight().get()).unwrap_or(0);
+        in_flight.saturating_mul(10) >= self.concurrency_limit.saturating_mul(9)
+    }
+
+    fn start(&self) -> mpsc::Sender<ShadowJob> {
+        let (sender, receiver) = mpsc::channel(self.capacity);
+        tokio::spawn(work(
+            receiver,
+            self.repository.clone(),
+            self.metrics.clone(),
+        ));
+        sender
+    }
+}
+
+/// The worker: one copy at a time, each after its primary's answer. Ends when the dispatcher
+/// (the server's inference service) is dropped.
+async fn work(
+    mut jobs: mpsc::Receiver<ShadowJob>,
+    repository: Arc<ModelRepository>,
+    metrics: Arc<Metrics>,
+) {
+    while let Some(mut job) = jobs.recv().await {
+        let answer = std::mem::replace(&mut job.answer, AnswerSent::now());
+        answer.wait().await;
+        run_copy(&repository, &metrics, job).await;
+    }
+}
+
+async fn run_copy(repository: &ModelRepository, metrics: &Metrics, job: ShadowJob) {
+    let traffic = metrics.traffic();
+    let Ok(target) = repository.snapshot().resolve(&job.model, &job.target) else {
+        return traffic.record_shadow_dropped(&job.model, ShadowDropReason::TargetUnavailable);
+    };
+    if target.batcher.queue_depth() > 0 {
+        return traffic.record_shadow_dropped(&job.model, ShadowDropReason::Busy);
+    }
+    let request = target
+        .signature(&job.signature)
+        .ok()
+        .and_then(|(signature, _)| {
+            ValidRequest::new(
+                target.backend.signatures(),
+                signature,
+                job.inputs,
+                job.outputs,
+                Vec::new(),
+            )
+            .ok()
+        })
+        .and_then(|request| {
+            request
+                .within_batch_limit(target.backend.max_batch_size())
+                .ok()
+        });
+    traffic.record_shadow_sent(&job.model);
+    let Some(request) = request else {
+        return traffic.record_shadow_failed(&job.model);
+    };
+    let Ok(outputs) = target.batcher.submit(request).await else {
+        return traffic.record_shadow_failed(&job.model);
+    };
+    let mut compared = true;
+    for (name, primary) in &job.primary {
+        let copy = outputs.iter().find(|(n, _)| n == name);
+        match copy.and_then(|(_, copy)| max_abs_difference(primary, copy)) {
+            Some(difference) => traffic.observe_shadow_difference(&job.model, name, difference),
+            None => compared = false,
+        }
+    }
+    if !compared {
+        traffic.record_shadow_failed(&job.model);
+    }
+}
