@@ -49,6 +49,8 @@ pub struct ModelStats {
     pub execution_count: AtomicU64,
     /// Milliseconds since the epoch of the last inference.
     pub last_inference_ms: AtomicU64,
+    /// Requests that named no version and that the model's `[traffic]` split sent here.
+    pub split_requests: AtomicU64,
     /// Per instance (by index): batches run and the time spent running them.
     busy: Mutex<Vec<(u64, u64)>>,
 }

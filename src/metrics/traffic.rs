@@ -66,6 +66,14 @@ pub enum ShadowDropReason {
 }
 
 impl ShadowDropReason {
+    pub const ALL: [Self; 5] = [
+        Self::QueueFull,
+        Self::Busy,
+        Self::NearLimit,
+        Self::SharedMemoryInput,
+        Self::TargetUnavailable,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Self::QueueFull => "queue_full",
@@ -177,6 +185,25 @@ impl TrafficMetrics {
                 version,
             })
             .inc();
+    }
+
+    /// Starts `model`'s shadow counters at zero, so that a dashboard's rates and ratios
+    /// exist from the first scrape after a shadow is configured rather than after its first
+    /// copy, drop or failure.
+    pub fn announce_shadow(&self, model: &str) {
+        let model: Arc<str> = Arc::from(model);
+        let labels = ShadowModel {
+            model: model.clone(),
+        };
+        // `get_or_create` makes the series; the handle it returns is not needed.
+        drop(self.shadow_sent.get_or_create(&labels));
+        drop(self.shadow_failed.get_or_create(&labels));
+        for reason in ShadowDropReason::ALL {
+            drop(self.shadow_dropped.get_or_create(&ShadowDrop {
+                model: model.clone(),
+                reason: reason.label(),
+            }));
+        }
     }
 
     pub fn record_shadow_sent(&self, model: &Arc<str>) {

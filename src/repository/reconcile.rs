@@ -436,6 +436,9 @@ impl ModelRepository {
                 .traffic()
                 .set_split_weights(&source.name, weights);
         }
+        if rollout.shadow.is_some() {
+            self.loader.metrics.traffic().announce_shadow(&source.name);
+        }
         Some(Arc::new(rollout))
     }
 

@@ -72,6 +72,10 @@ impl Traffic {
         self.metrics
             .traffic()
             .record_split(&model.name, model.version);
+        model
+            .stats
+            .split_requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether this request gets a shadow copy; decided before it runs, so that the copy can

@@ -96,11 +96,43 @@ def test_prometheus_scrapes_the_metrics_endpoint():
     assert job["static_configs"][0]["targets"] == ["tensorport:8501"]
 
 
-def _dashboard_queries() -> list[str]:
-    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "tensorport.json").read_text())
-    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
-    queries += [v["definition"] for v in dashboard["templating"]["list"]]
+def _dashboards() -> dict[str, dict]:
+    """Every dashboard Grafana's provisioning loads (docker-compose mounts the folder)."""
+    return {path.name: json.loads(path.read_text())
+            for path in sorted((DEPLOY / "grafana" / "dashboards").glob("*.json"))}
+
+
+def _dashboard_queries(name: str | None = None) -> list[str]:
+    queries = []
+    for file, dashboard in _dashboards().items():
+        if name in (None, file):
+            queries += [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+            queries += [v["definition"] for v in dashboard["templating"]["list"]]
     return queries
+
+
+def test_dashboards_are_provisioned_with_unique_ids():
+    dashboards = _dashboards()
+    assert {"tensorport.json", "rollout.json"} <= set(dashboards)
+    uids = [d["uid"] for d in dashboards.values()]
+    assert len(uids) == len(set(uids)), uids
+    for dashboard in dashboards.values():
+        ids = [p["id"] for p in dashboard["panels"]]
+        assert len(ids) == len(set(ids)), (dashboard["uid"], ids)
+    provider = _yaml(DEPLOY / "grafana" / "provisioning" / "dashboards" / "tensorport.yml")["providers"][0]
+    compose = _yaml(REPO / "docker-compose.yml")
+    mounts = compose["services"]["grafana"]["volumes"]
+    assert f"./deploy/grafana/dashboards:{provider['options']['path']}:ro" in mounts
+
+
+def test_rollout_dashboard_shows_split_shadow_and_scores_side_by_side():
+    referenced = set().union(*(_metric_names(q) for q in _dashboard_queries("rollout.json")))
+    assert {"tensorport_traffic_split_requests_total", "tensorport_traffic_split_weight",
+            "tensorport_shadow_copies_sent_total", "tensorport_shadow_copies_dropped_total",
+            "tensorport_shadow_max_abs_difference_bucket", "tensorport_model_output_score_bucket"} <= referenced
+    # The score panels keep versions apart, so a canary's distribution shows beside the stable one's.
+    score_queries = [q for q in _dashboard_queries("rollout.json") if "model_output_score" in q]
+    assert score_queries and all("version" in q for q in score_queries)
 
 
 def _metric_names(query: str) -> set[str]:
@@ -146,7 +178,9 @@ def test_dashboard_metrics_are_exported_or_planned(http, rest_url):
             name, kind = line.split()[2:4]
             suffixes = {"counter": ["", "_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(kind, [""])
             exported |= {name + suffix for suffix in suffixes}
-    referenced = set().union(*(_metric_names(q) for q in _dashboard_queries()))
+    # The rollout dashboard's metrics exist once a model has a [traffic] section:
+    # test_traffic.py checks them against such a server.
+    referenced = set().union(*(_metric_names(q) for q in _dashboard_queries("tensorport.json")))
     unknown = referenced - exported
     assert not unknown, f"the dashboard queries metrics the server does not export: {sorted(unknown)}"
     assert {"tensorport_shared_memory_regions", "tensorport_tensor_copied_bytes_total"} <= referenced

@@ -333,3 +333,53 @@ def test_a_failing_shadow_target_fails_no_primary(tmp_path):
 
         server.wait_for(settled)
         assert server.metric("tensorport_shadow_copies_failed_total", model="ranker") >= 1
+
+
+def test_statistics_report_the_split_as_it_happened(tmp_path):
+    models = tmp_path / "models"
+    ranker_folder(models, SPLIT_90_10)
+    with serving(models) as server:
+        for _ in range(200):
+            http_infer(server)
+        http_infer(server, version="2")  # named: not the split's
+        stats = requests.get(f"{server.rest}/v2/models/ranker/stats", timeout=TIMEOUT).json()["model_stats"]
+        split = {entry["version"]: entry["traffic_split"] for entry in stats}
+        assert set(split) == {"1", "2"}
+        assert split["1"]["requests"] + split["2"]["requests"] == 200
+        assert split["1"]["weight"] == 0.9 and split["2"]["weight"] == 0.1
+        assert abs(split["1"]["share"] + split["2"]["share"] - 1.0) < 1e-9
+        assert split["2"]["share"] == split["2"]["requests"] / 200
+        # tritonclient reads the same answer (the extra key is beside Triton's own).
+        import tritonclient.http as triton_http
+        client = triton_http.InferenceServerClient(server.rest.removeprefix("http://"))
+        try:
+            figures = client.get_inference_statistics("ranker")["model_stats"]
+        finally:
+            client.close()
+        assert sum(entry["inference_count"] for entry in figures) == 201 * FEATURES.shape[0]
+
+
+def test_the_rollout_dashboard_queries_only_exported_metrics(tmp_path):
+    import json
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards"
+                            / "rollout.json").read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    referenced = set().union(*(set(re.findall(r"\b(tensorport_[a-z0-9_]+)", q)) for q in queries))
+    models = tmp_path / "models"
+    ranker_folder(models, SHADOW)
+    with serving(models) as server:
+        for _ in range(20):
+            http_infer(server)
+        server.wait_for(lambda: server.metric("tensorport_shadow_copies_sent_total", model="ranker")
+                        + server.metric("tensorport_shadow_copies_dropped_total", model="ranker") > 0)
+        exported = set()
+        for line in server.metrics().splitlines():
+            if line.startswith("# TYPE "):
+                name, kind = line.split()[2:4]
+                suffixes = {"counter": ["", "_total"], "histogram": ["_bucket", "_sum", "_count"]}.get(kind, [""])
+                exported |= {name + suffix for suffix in suffixes}
+        # A shadow's counters exist from the start, failures included, so its rates show at once.
+        assert server.metric("tensorport_shadow_copies_failed_total", model="ranker") == 0
+        assert 'tensorport_shadow_copies_failed_total{model="ranker"} 0' in server.metrics()
+    unknown = referenced - exported
+    assert not unknown, f"the rollout dashboard queries metrics the server does not export: {sorted(unknown)}"

@@ -23,6 +23,7 @@ mod model_info;
 pub mod params;
 mod raw_input;
 pub mod request;
+mod split_share;
 mod statistics;
 
 pub use http::infer_request;

@@ -6,12 +6,14 @@ use serde_json::{json, Value};
 
 use super::support::{Reply, Shared};
 use crate::api::http::response::json_response;
+use crate::api::kserve::split_share::split_shares;
 use crate::api::kserve::statistics::statistics;
 use crate::error::Error;
 use crate::infer::InferService;
 
 fn stats_json(s: &InferService, name: Option<&str>, version: &str) -> Result<Value, Error> {
     let stats = statistics(s, name, version)?;
+    let shares = split_shares(s, name);
     let duration = |d: &Option<crate::proto::inference::StatisticDuration>| {
         let d = d.unwrap_or_default();
         json!({ "count": d.count, "ns": d.ns })
@@ -21,7 +23,7 @@ fn stats_json(s: &InferService, name: Option<&str>, version: &str) -> Result<Val
         .iter()
         .map(|m| {
             let i = m.inference_stats.unwrap_or_default();
-            json!({
+            let mut entry = json!({
                 "name": m.name,
                 "version": m.version,
                 "last_inference": m.last_inference,
@@ -43,7 +45,16 @@ fn stats_json(s: &InferService, name: Option<&str>, version: &str) -> Result<Val
                     "compute_infer": duration(&b.compute_infer),
                     "compute_output": duration(&b.compute_output),
                 })).collect::<Vec<_>>(),
-            })
+            });
+            // Beyond Triton's figures: a model with a [traffic] split says how it went.
+            if let Some(split) = shares.get(&(m.name.clone(), m.version.clone())) {
+                entry["traffic_split"] = json!({
+                    "requests": split.requests,
+                    "share": split.share,
+                    "weight": split.weight,
+                });
+            }
+            entry
         })
         .collect();
     Ok(json!({ "model_stats": models }))
