@@ -8,7 +8,8 @@ ensemble that chains them, each with its Triton config.pbtxt.
     ranking_pipeline   the ensemble: RAW_FEATURES -> TOP_SCORES, TOP_ITEMS
 
 B is the batch (up to 8 per request), C the candidates of one request (any number; TopK
-refuses fewer than 3). Deterministic: fixed seeds, so re-running writes the same bytes.
+refuses fewer than 3, so top_k's config.pbtxt warms it up with 8 candidates through
+Triton's model_warmup rather than the default one-element warmup). Deterministic: fixed seeds, so re-running writes the same bytes.
 
 Usage: .venv/bin/python scripts/make_pipeline_models.py [--out DIR]
 """
@@ -103,7 +104,22 @@ def top_k() -> onnx.GraphProto:
     )
 
 
-def step_config(name: str, inputs, outputs) -> str:
+# TopK needs at least k candidates; the default warmup's one element per dynamic dimension
+# would fail (and warn at every start), so the step warms up as a request of 8 candidates.
+TOP_K_WARMUP = """model_warmup [
+  {
+    name: "eight_candidates"
+    batch_size: 1
+    inputs {
+      key: "scores"
+      value: { data_type: TYPE_FP32 dims: [ 8 ] zero_data: true }
+    }
+  }
+]
+"""
+
+
+def step_config(name: str, inputs, outputs, extra: str = "") -> str:
     def tensors(kind, specs):
         rows = ",\n".join(
             f'  {{ name: "{n}" data_type: {t} dims: [ {", ".join(map(str, d))} ] }}'
@@ -116,6 +132,7 @@ def step_config(name: str, inputs, outputs) -> str:
         + tensors("input", inputs)
         + tensors("output", outputs)
         + "dynamic_batching { max_queue_delay_microseconds: 200 }\n"
+        + extra
     )
 
 
@@ -172,7 +189,8 @@ def write(out: Path) -> None:
     }
     for name, (graph, inputs, outputs) in models.items():
         save(graph, out / name / "1" / "model.onnx", f"{name} step of the ranking pipeline")
-        (out / name / "config.pbtxt").write_text(step_config(name, inputs, outputs))
+        extra = TOP_K_WARMUP if name == "top_k" else ""
+        (out / name / "config.pbtxt").write_text(step_config(name, inputs, outputs, extra))
     ensemble = out / "ranking_pipeline"
     (ensemble / "1").mkdir(parents=True, exist_ok=True)
     # An empty version folder, as Triton lays an ensemble out; git keeps it by this file.

@@ -6,7 +6,8 @@
 //! This file holds [`Metrics`], the registry and the request-path families. Beside it, by
 //! concern: `labels` (the leaf: label sets, buckets, the public label values), `model` (one
 //! version's batcher handles), `lifecycle` (loads, unloads, readiness), `residency` (models
-//! under a memory budget), `traffic` (splits, shadow copies, scores), `send_timeouts` and `process`. [`Metrics`] holds the families of
+//! under a memory budget), `response_cache` (the store), `traffic` (splits, shadow copies,
+//! scores), `send_timeouts` and `process`. [`Metrics`] holds the families of
 //! each and forwards its public methods to them, so the imports run one way: down from here.
 //! `peers` writes Triton's and TF Serving's names for the same figures at scrape time.
 
@@ -16,6 +17,7 @@ mod model;
 mod peers;
 mod process;
 mod residency;
+mod response_cache;
 mod send_timeouts;
 mod traffic;
 
@@ -23,6 +25,7 @@ pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
 pub use model::ModelMetrics;
 pub use peers::VersionFigures;
 pub use residency::LoadWaiter;
+pub use response_cache::CacheFigures;
 pub use send_timeouts::SendTimeouts;
 pub use traffic::{ShadowDropReason, TrafficMetrics};
 
@@ -59,6 +62,7 @@ pub struct Metrics {
     refusals: Family<RefusalLabels, Counter>,
     lifecycle: lifecycle::ModelLifecycle,
     residency: residency::ResidencyMetrics,
+    response_cache: response_cache::ResponseCacheMetrics,
     traffic: TrafficMetrics,
     send_timeouts: SendTimeouts,
     request_memory: Gauge,
@@ -199,6 +203,7 @@ impl Metrics {
         );
         let lifecycle = lifecycle::ModelLifecycle::register(registry);
         let residency = residency::ResidencyMetrics::register(registry);
+        let response_cache = response_cache::ResponseCacheMetrics::register(registry);
         let traffic = TrafficMetrics::register(registry);
         let send_timeouts = register_send_timeouts(registry);
         let request_memory = Gauge::default();
@@ -226,6 +231,7 @@ impl Metrics {
             refusals,
             lifecycle,
             residency,
+            response_cache,
             traffic,
             send_timeouts,
             request_memory,
@@ -288,6 +294,11 @@ impl Metrics {
 
     pub fn record_model_event(&self, name: &str, event: ModelEvent) {
         self.lifecycle.record_model_event(name, event);
+    }
+
+    /// Samples the response cache's store (all zero without a cache).
+    pub fn set_response_cache(&self, figures: CacheFigures) {
+        self.response_cache.set(figures);
     }
 
     pub fn set_shared_memory(&self, regions: usize, bytes: u64) {

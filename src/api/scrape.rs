@@ -14,7 +14,7 @@ use axum::routing::get;
 use crate::api::http::route_table::Routes;
 use crate::api::AppState;
 use crate::infer::InferService;
-use crate::metrics::VersionFigures;
+use crate::metrics::{CacheFigures, VersionFigures};
 use crate::repository::VersionState;
 
 const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -40,6 +40,16 @@ async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> 
     let (regions, bytes) = infer.shm().usage();
     metrics.set_shared_memory(regions, bytes);
     metrics.set_model_memory(infer.repository().resident_memory());
+    if let Some(cache) = infer.repository().response_cache() {
+        let usage = cache.store().usage();
+        metrics.set_response_cache(CacheFigures {
+            capacity_bytes: cache.store().capacity(),
+            entries: usage.entries,
+            bytes: usage.bytes,
+            evictions: usage.evictions,
+            insert_refused: usage.refused,
+        });
+    }
     let snapshot = infer.repository().snapshot();
     metrics.set_model_ready(snapshot.models().flat_map(|model| {
         model.versions.iter().map(|(version, state)| {
@@ -71,6 +81,7 @@ async fn metrics(State(infer): State<Arc<InferService>>, headers: HeaderMap) -> 
         version: model.version,
         stats: &model.stats,
         pending: *waiting,
+        cached: model.response_cache.is_some(),
     });
     let peers = metrics.peer_exposition(&own, versions, openmetrics);
     let (body, content_type) = if openmetrics {

@@ -32,6 +32,8 @@ pub struct StoreUsage {
     pub entries: u64,
     pub bytes: u64,
     pub evictions: u64,
+    /// Answers not kept because they alone are larger than the whole store.
+    pub refused: u64,
 }
 
 pub struct ResponseStore {
@@ -75,6 +77,7 @@ impl ResponseStore {
             .collect();
         let bytes = entry_bytes(&key, &answer);
         if bytes > self.capacity {
+            self.locked().usage.refused += 1;
             return false;
         }
         self.locked().insert(

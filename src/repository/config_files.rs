@@ -6,7 +6,9 @@
 use std::path::Path;
 
 use super::declared::RuntimeConfig;
-use super::model_config::{ModelConfig, VersionPolicyTable, MODEL_CONFIG_FILE};
+use super::model_config::{
+    ModelConfig, ResponseCacheConfig, VersionPolicyTable, MODEL_CONFIG_FILE,
+};
 use super::triton_config::{TritonConfig, TRITON_CONFIG_FILE};
 
 /// Why a model's settings file was refused.
@@ -98,10 +100,8 @@ impl ModelConfig {
             output,
             instances: self.instances.or(base.instances),
             lifecycle: self.lifecycle,
-            response_cache: if self.response_cache.enable {
-                self.response_cache
-            } else {
-                base.response_cache
+            response_cache: ResponseCacheConfig {
+                enable: self.response_cache.enable.or(base.response_cache.enable),
             },
             traffic: self.traffic,
             metrics: self.metrics,
@@ -231,6 +231,35 @@ mod tests {
         assert_eq!(config.instances.map(|i| i.count), Some(1));
         assert_eq!(config.policy(), Ok(VersionPolicy::All));
         assert_eq!(config.model_filename.as_deref(), Some("m.onnx"));
+        Ok(())
+    }
+
+    #[test]
+    fn config_toml_turns_off_a_response_cache_config_pbtxt_enables() -> Result<(), String> {
+        let dir = std::env::temp_dir().join(format!("tensorport-cache-off-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.join(TRITON_CONFIG_FILE),
+            "max_batch_size: 0\nresponse_cache { enable: True }\n",
+        )
+        .map_err(|e| e.to_string())?;
+        let pbtxt_only = ModelConfig::load(&dir).map_err(|e| e.to_string());
+        std::fs::write(
+            dir.join(MODEL_CONFIG_FILE),
+            "[response_cache]\nenable = false\n",
+        )
+        .map_err(|e| e.to_string())?;
+        let both = ModelConfig::load(&dir).map_err(|e| e.to_string());
+        std::fs::write(
+            dir.join(MODEL_CONFIG_FILE),
+            "[batching]\nmax_batch_size = 2\n",
+        )
+        .map_err(|e| e.to_string())?;
+        let silent_toml = ModelConfig::load(&dir).map_err(|e| e.to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(pbtxt_only?.response_cache.enabled());
+        assert!(!both?.response_cache.enabled());
+        assert!(silent_toml?.response_cache.enabled());
         Ok(())
     }
 }

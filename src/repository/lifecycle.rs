@@ -92,6 +92,11 @@ impl ModelRepository {
         self
     }
 
+    /// The server's response cache, if `--cache-config` made one.
+    pub fn response_cache(&self) -> Option<&Arc<ResponseCache>> {
+        self.response_cache.as_ref()
+    }
+
     /// The sticky split headers of the models served, kept current on every poll.
     pub fn sticky_headers(&self) -> Arc<StickyHeaders> {
         self.sticky.clone()

@@ -218,7 +218,7 @@ impl ModelRepository {
     /// `response_cache`. Without a server cache it is served uncached, as Triton does (the
     /// cache must be enabled on both sides), with a warning that says how to turn it on.
     fn cache_scope(&self, model: &str, config: &ModelConfig) -> Option<CacheScope> {
-        if !config.response_cache.enable {
+        if !config.response_cache.enabled() {
             return None;
         }
         match &self.response_cache {

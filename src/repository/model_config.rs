@@ -174,8 +174,17 @@ pub struct LifecycleConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResponseCacheConfig {
+    /// Unset: as the other file says (config.toml's setting wins over config.pbtxt's either
+    /// way, so `enable = false` turns off a cache the pbtxt enables).
     #[serde(default)]
-    pub enable: bool,
+    pub enable: Option<bool>,
+}
+
+impl ResponseCacheConfig {
+    /// Whether the model's answers are cached: only where a file enables it.
+    pub fn enabled(&self) -> bool {
+        self.enable.unwrap_or(false)
+    }
 }
 
 /// How a new version of a model replaces the one serving.

@@ -306,7 +306,13 @@ impl ModelRepository {
             .iter()
             .filter(|v| aspired.contains(&v.version))
             .filter(|v| !self.is_serving(&source.name, v.version))
-            .map(|v| (v, fingerprint(&v.path)))
+            .map(|v| {
+                let mut print = fingerprint(&v.path);
+                if let Some(steps) = &config.ensemble {
+                    print.extend(self.ensemble_steps_print(steps));
+                }
+                (v, print)
+            })
             .filter(|(v, print)| {
                 control.failures.get(&(source.name.clone(), v.version)) != Some(print)
             })

@@ -139,7 +139,7 @@ impl TritonConfig {
                 );
             }
         }
-        config.response_cache.enable = parsed.response_cache.as_ref().is_some_and(|c| c.enable);
+        config.response_cache.enable = parsed.response_cache.as_ref().map(|c| c.enable);
         config.ensemble = ensemble(parsed)?;
         config.warmup = triton_runtime::warmup(parsed, max_batch_size, &mut ignored);
         config.runtime =

@@ -25,12 +25,17 @@ fn served(stats: &ModelStats) {
 }
 
 fn scrape(metrics: &Metrics, stats: &ModelStats, openmetrics: bool) -> String {
+    scrape_cached(metrics, stats, openmetrics, false)
+}
+
+fn scrape_cached(metrics: &Metrics, stats: &ModelStats, openmetrics: bool, cached: bool) -> String {
     let own = metrics.encode();
     let versions = [VersionFigures {
         model: "ranker",
         version: 2,
         stats,
         pending: 3,
+        cached,
     }];
     metrics.peer_exposition(&own, versions, openmetrics)
 }
@@ -42,6 +47,30 @@ fn record(metrics: &Metrics, protocol: Protocol, outcome: &'static str, micros: 
         outcome,
         Duration::from_micros(micros),
     );
+}
+
+#[test]
+fn tritons_cache_families_are_written_for_cached_versions_only() {
+    let metrics = Metrics::new();
+    let stats = ModelStats::default();
+    stats.record_cache_hit(1, Duration::from_micros(70));
+    stats.record_cache_hit(1, Duration::from_micros(30));
+    stats.cache_miss.record(Duration::from_micros(250));
+    assert!(!scrape(&metrics, &stats, false).contains("nv_cache_"));
+    let text = scrape_cached(&metrics, &stats, false, true);
+    let at = |family: &str| format!("{family}{{model=\"ranker\",version=\"2\"}}");
+    for expected in [
+        "# TYPE nv_cache_num_hits_per_model counter".to_owned(),
+        format!("{} 2", at("nv_cache_num_hits_per_model")),
+        format!("{} 1", at("nv_cache_num_misses_per_model")),
+        format!("{} 100", at("nv_cache_hit_duration_per_model")),
+        format!("{} 250", at("nv_cache_miss_duration_per_model")),
+    ] {
+        assert!(
+            text.lines().any(|line| line == expected),
+            "{expected}\n{text}"
+        );
+    }
 }
 
 #[test]

@@ -12,6 +12,8 @@
 //! | `nv_inference_request_duration_us` | time of successful requests, from arrival at the model to outputs |
 //! | `nv_inference_queue_duration_us` | time requests waited in the queue |
 //! | `nv_inference_compute_{input,infer,output}_duration_us` | time executions spent gathering inputs, in the runtime, splitting outputs |
+//! | `nv_cache_num_hits_per_model`, `nv_cache_num_misses_per_model` | requests answered from the response cache, and those that missed it (versions of models that enable it) |
+//! | `nv_cache_hit_duration_per_model`, `nv_cache_miss_duration_per_model` | time to find and copy out hits; to look up and store misses' answers |
 //!
 //! The durations are counters of microseconds. The failure reasons are read from
 //! `tensorport_requests_total`'s outcomes, which counts every request that named the version.
@@ -28,6 +30,9 @@ pub struct VersionFigures<'a> {
     pub stats: &'a ModelStats,
     /// Requests waiting in its queue now.
     pub pending: usize,
+    /// Whether the version has a share of the response cache: only those get Triton's
+    /// `nv_cache_*` families, as Triton reports them only for models that enable it.
+    pub cached: bool,
 }
 
 /// Triton's failure reasons, in the order it writes them.
@@ -164,4 +169,44 @@ pub(super) fn write<'a>(
         "Microseconds executions spent splitting their outputs",
         &|f| micros(f.stats.compute().output_ns),
     );
+    write_cache(out, &versions);
+}
+
+/// One cache family: its name, help, and the figure it reads from a version's statistics.
+type CacheFamily<'f> = (&'f str, &'f str, &'f dyn Fn(&ModelStats) -> f64);
+
+/// Triton's per-model response cache families, for the versions that have a share of it.
+fn write_cache(out: &mut Exposition, versions: &[(VersionFigures<'_>, String)]) {
+    if !versions.iter().any(|(figures, _)| figures.cached) {
+        return;
+    }
+    let families: [CacheFamily<'_>; 4] = [
+        (
+            "nv_cache_num_hits_per_model",
+            "Requests answered from the response cache",
+            &|stats| stats.cache_hit.get().0 as f64,
+        ),
+        (
+            "nv_cache_num_misses_per_model",
+            "Requests that missed the response cache",
+            &|stats| stats.cache_miss.get().0 as f64,
+        ),
+        (
+            "nv_cache_hit_duration_per_model",
+            "Microseconds spent finding and copying out answers from the response cache",
+            &|stats| (stats.cache_hit.get().1 / 1_000) as f64,
+        ),
+        (
+            "nv_cache_miss_duration_per_model",
+            "Microseconds spent looking up and storing the answers of cache misses",
+            &|stats| (stats.cache_miss.get().1 / 1_000) as f64,
+        ),
+    ];
+    for (name, help, value) in families {
+        out.family(name, Kind::Counter, help);
+        for (figures, version) in versions.iter().filter(|(figures, _)| figures.cached) {
+            let labels = [("model", figures.model), ("version", version.as_str())];
+            out.sample(name, &labels, value(figures.stats));
+        }
+    }
 }
