@@ -11,6 +11,10 @@ RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
 ORT_REQUIREMENT = $(shell grep '^onnxruntime==' requirements-dev.txt)
 MLSERVER_VENV := .cache/mlserver
 MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
+# Native Triton 2.51 with its ONNX Runtime backend, the peer of the pipeline benchmark, set up
+# by the workspace's shared tool (override TRITON_SETUP to point at another copy).
+TRITON_ONNX := .cache/triton-onnx
+TRITON_SETUP ?= ../shared/tools/setup-triton-onnx.sh
 MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
@@ -38,7 +42,7 @@ KSERVE_WHEEL := $(KSERVE_WHEEL_DIR)/kserve-$(KSERVE_VERSION)-py3-none-any.whl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: serve serve-all runtime test venv build release lint fmt models torch-fixtures tf-fixtures \
-	perf-analyzer bench bench-quick bench-all bench-build bench-overload mlserver clean tools \
+	perf-analyzer bench bench-quick bench-all bench-build bench-overload bench-pipeline triton-onnx mlserver clean tools \
 	deploy-check libtorch libtensorflow test-under-load
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
@@ -135,6 +139,18 @@ bench-all: bench $(call native_libs,$(ALL_FEATURES))
 	cargo bench $(call cargo_features,$(ALL_FEATURES)) --bench backends
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
 	cargo bench --bench codecs --bench request_path
+
+## bench-pipeline: ensembles and the response cache against native Triton (about 5 minutes);
+## the table goes into docs/BENCHMARKS.md
+bench-pipeline: venv bench-build triton-onnx
+	$(PY) scripts/bench_pipeline.py --triton $(TRITON_ONNX)
+
+## triton-onnx: native Triton with its ONNX Runtime backend in .cache/triton-onnx (about 500 MB)
+triton-onnx: $(TRITON_ONNX)/start-triton.sh
+
+$(TRITON_ONNX)/start-triton.sh:
+	@[ -x "$(TRITON_SETUP)" ] || { echo "no $(TRITON_SETUP): set TRITON_SETUP to setup-triton-onnx.sh" >&2; exit 1; }
+	$(TRITON_SETUP) $(TRITON_ONNX)
 
 bench-build:
 	cargo build --release -p tensorport -p tensorport-loadgen

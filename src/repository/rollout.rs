@@ -85,6 +85,9 @@ pub struct Split {
 pub struct Shadow {
     pub written: String,
     pub target: VersionSelector,
+    /// The version `target` names: the number, or the label's version when checked (labels
+    /// live in the same file, so a moved label is checked again with it).
+    pub target_version: Option<u64>,
     pub percent: u32,
 }
 
@@ -114,9 +117,16 @@ impl Rollout {
                         shadow.percent
                     ));
                 }
+                let selector = target("[traffic.shadow] target", &shadow.target, labels)?;
+                let target_version = match &selector {
+                    VersionSelector::Specific(version) => Some(*version),
+                    VersionSelector::Label(label) => labels.get(label).copied(),
+                    VersionSelector::Latest => None,
+                };
                 Some(Shadow {
                     written: shadow.target.clone(),
-                    target: target("[traffic.shadow] target", &shadow.target, labels)?,
+                    target: selector,
+                    target_version,
                     percent: shadow.percent,
                 })
             }

@@ -91,11 +91,7 @@ impl Traffic {
             return None;
         }
         // A copy of a request to the target itself would compare the version with itself.
-        let target_is_primary = match &shadow.target {
-            VersionSelector::Specific(v) => *v == model.version,
-            _ => false,
-        };
-        if target_is_primary {
+        if shadow.target_version == Some(model.version) {
             return None;
         }
         Some(ShadowCopy {

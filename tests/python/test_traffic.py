@@ -383,3 +383,41 @@ def test_the_rollout_dashboard_queries_only_exported_metrics(tmp_path):
         assert 'tensorport_shadow_copies_failed_total{model="ranker"} 0' in server.metrics()
     unknown = referenced - exported
     assert not unknown, f"the rollout dashboard queries metrics the server does not export: {sorted(unknown)}"
+
+
+SHADOW_ON_LABEL = """
+[version_policy]
+all = true
+
+[version_labels]
+stable = 1
+canary = 2
+
+[traffic]
+split = { stable = 100 }
+
+[traffic.shadow]
+target = "canary"
+percent = 100
+"""
+
+
+def test_requests_the_shadow_label_serves_get_no_copy(tmp_path):
+    models = tmp_path / "models"
+    ranker_folder(models, SHADOW_ON_LABEL)
+    with serving(models) as server:
+        def copies() -> float:
+            return server.metric("tensorport_shadow_copies_sent_total", model="ranker") + sum(
+                server.metric("tensorport_shadow_copies_dropped_total", model="ranker", reason=r)
+                for r in ("queue_full", "busy", "near_limit", "shared_memory_input", "target_unavailable"))
+
+        # Version 2 is the label's version: comparing it with itself would say nothing.
+        for _ in range(10):
+            assert http_infer(server, version="2").json()["model_version"] == "2"
+        for _ in range(10):
+            assert http_infer(server).json()["model_version"] == "1"
+        server.wait_for(lambda: copies() >= 10)
+        # One more after the rest: once its copy is counted, any copy of the first ten would be.
+        http_infer(server)
+        server.wait_for(lambda: copies() >= 11)
+        assert copies() == 11
