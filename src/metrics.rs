@@ -17,6 +17,7 @@ mod peers;
 mod process;
 mod residency;
 mod send_timeouts;
+mod traces;
 mod traffic;
 
 pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
@@ -24,6 +25,7 @@ pub use model::ModelMetrics;
 pub use peers::VersionFigures;
 pub use residency::LoadWaiter;
 pub use send_timeouts::SendTimeouts;
+pub use traces::TraceCounters;
 pub use traffic::{ShadowDropReason, TrafficMetrics};
 
 use std::sync::Arc;
@@ -39,6 +41,7 @@ use labels::{
     RefusalLabels, RequestLabels, StageLabels, VersionLabels,
 };
 use send_timeouts::register_send_timeouts;
+use traces::register_trace_counters;
 
 /// Every metric the server exports.
 pub struct Metrics {
@@ -61,6 +64,7 @@ pub struct Metrics {
     residency: residency::ResidencyMetrics,
     traffic: TrafficMetrics,
     send_timeouts: SendTimeouts,
+    traces: TraceCounters,
     request_memory: Gauge,
     /// Whether scrapes carry the peers' names too (`--peer-metric-names`).
     peer_names: bool,
@@ -201,6 +205,7 @@ impl Metrics {
         let residency = residency::ResidencyMetrics::register(registry);
         let traffic = TrafficMetrics::register(registry);
         let send_timeouts = register_send_timeouts(registry);
+        let traces = register_trace_counters(registry);
         let request_memory = Gauge::default();
         registry.register(
             "request_memory_bytes",
@@ -228,6 +233,7 @@ impl Metrics {
             residency,
             traffic,
             send_timeouts,
+            traces,
             request_memory,
             peer_names: true,
         }
@@ -363,6 +369,11 @@ impl Metrics {
     /// The count of log lines dropped, for the log writer (`crate::log_sink`).
     pub fn log_lines_dropped(&self) -> Counter {
         self.log_lines_dropped.clone()
+    }
+
+    /// The trace exporter's counts of spans exported and dropped.
+    pub fn trace_counters(&self) -> TraceCounters {
+        self.traces.clone()
     }
 
     pub fn in_flight(&self) -> Gauge {
