@@ -17,15 +17,14 @@ mod peers;
 mod process;
 mod residency;
 mod send_timeouts;
-mod traces;
 mod traffic;
 
+pub use crate::trace::TraceCounters;
 pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
 pub use model::ModelMetrics;
 pub use peers::VersionFigures;
 pub use residency::LoadWaiter;
 pub use send_timeouts::SendTimeouts;
-pub use traces::TraceCounters;
 pub use traffic::{ShadowDropReason, TrafficMetrics};
 
 use std::sync::Arc;
@@ -36,12 +35,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::request::Protocol;
+use crate::trace::counters::register_trace_counters;
 use labels::{
     batch_histogram, latency_histogram, BuildLabels, Histograms, InstanceLabels, LatencyLabels,
     RefusalLabels, RequestLabels, StageLabels, VersionLabels,
 };
 use send_timeouts::register_send_timeouts;
-use traces::register_trace_counters;
 
 /// Every metric the server exports.
 pub struct Metrics {

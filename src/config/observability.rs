@@ -41,7 +41,7 @@ pub struct ObservabilityArgs {
     #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Request tracing, in Triton's spellings, once per setting: mode=opentelemetry (export
+    /// Request tracing, in Triton's spellings ([MODE,]KEY=VALUE), once per setting: mode=opentelemetry (export
     /// spans), level=TIMESTAMPS (nothing is traced without a level; OFF), rate=N (trace 1 of
     /// every N requests; default 1000), count=N (stop after N traces; -1 no limit),
     /// opentelemetry,url=HOST:PORT/v1/traces (the OTLP/HTTP collector, default
@@ -50,7 +50,7 @@ pub struct ObservabilityArgs {
     /// standard OTEL_EXPORTER_OTLP_ENDPOINT (which also means mode=opentelemetry),
     /// OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf or grpc), OTEL_TRACES_SAMPLER_ARG (a
     /// ratio) and OTEL_SERVICE_NAME.
-    #[arg(long, env = "TENSORPORT_TRACE_CONFIG", value_name = "[MODE,]KEY=VALUE",
+    #[arg(long, env = "TENSORPORT_TRACE_CONFIG", value_name = "SETTING",
           action = clap::ArgAction::Append, value_parser = parse_trace_config)]
     pub trace_config: Vec<TraceEntries>,
 }

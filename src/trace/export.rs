@@ -14,10 +14,10 @@ use tokio::sync::mpsc;
 
 use super::config::{ExportSettings, OtlpProtocol, TraceConfig};
 use super::context::IdSource;
+use super::counters::TraceCounters;
 use super::otlp::export_request;
 use super::record::FinishedTrace;
 use super::settings::TraceSettings;
-use crate::metrics::TraceCounters;
 
 /// Why the exporter could not start.
 #[derive(Debug, thiserror::Error)]

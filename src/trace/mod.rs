@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod context;
+pub mod counters;
 pub mod export;
 mod otlp;
 pub mod record;
@@ -11,6 +12,7 @@ pub mod settings;
 pub mod span;
 
 pub use config::{TraceConfig, TraceMode};
+pub use counters::TraceCounters;
 pub use export::Tracer;
 pub use settings::{TraceSettings, TraceSettingsError};
 pub use span::{SpanDetail, TraceHandle, TraceStart};

@@ -13,7 +13,7 @@ pub struct TraceCounters {
     pub dropped: Counter,
 }
 
-pub(super) fn register_trace_counters(registry: &mut Registry) -> TraceCounters {
+pub fn register_trace_counters(registry: &mut Registry) -> TraceCounters {
     let counters = TraceCounters::default();
     registry.register(
         "trace_spans_exported",
