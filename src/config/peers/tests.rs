@@ -567,9 +567,13 @@ fn a_model_list_wins_over_the_docker_images_single_model_flags() -> Result<(), C
 
 #[test]
 fn tritons_trace_flags_come_to_one_trace_config() -> Result<(), ConfigError> {
+    let repository = format!(
+        "--model-repository={}/examples/models",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let args = serve(&[
         TRITON_PROGRAM,
-        "--model-repository=/models",
+        &repository,
         "--trace-rate=50",
         "--trace-config",
         "mode=opentelemetry",
