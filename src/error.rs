@@ -13,6 +13,7 @@ use crate::repository::{ConfineError, RepositoryError, ResidencyError};
 use crate::request::MemoryRefused;
 use crate::shm::ShmError;
 use crate::tensor::DecodeError;
+use crate::trace::TraceSettingsError;
 use crate::version::VersionError;
 use crate::wire_error::{
     BodyError, InferRequestError, ParamError, PredictBodyError, ShmRequestError,
@@ -51,6 +52,8 @@ pub enum Error {
     Shm(#[from] ShmError),
     #[error(transparent)]
     LogSettings(#[from] LogSettingsError),
+    #[error(transparent)]
+    TraceSettings(#[from] TraceSettingsError),
     #[error("{0}")]
     Unimplemented(String),
     #[error("{0}")]
@@ -170,6 +173,7 @@ impl Error {
             },
             Self::Repository(err) => err.kind(),
             Self::LogSettings(err) => err.kind(),
+            Self::TraceSettings(err) => err.kind(),
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) | Self::Batch(_) => ErrorKind::Internal,
             Self::QueueFull { .. } | Self::InputMemory { .. } => ErrorKind::ResourceExhausted,

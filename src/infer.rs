@@ -16,6 +16,8 @@ use crate::repository::{LoadedModel, ModelRepository, Rollout, VersionSelector};
 use crate::request::RequestContext;
 use crate::shm::ShmRegistry;
 use crate::tensor::DecodeLimits;
+use crate::trace::span::ENSEMBLE_STEP;
+use crate::trace::{SpanDetail, TraceHandle};
 use crate::traffic::{ShadowDispatcher, ShadowInputs, Traffic};
 
 mod cached_run;
@@ -219,6 +221,7 @@ impl InferService {
         if let Some(context) = context {
             context.set_model(&model.name, model.version);
         }
+        let trace = context.and_then(|context| context.start_trace(&model.name, model.version));
         let (signature, sig) = model.signature(target.signature)?;
         let decoded = decode(sig)?;
         let client_memory = decoded.client_memory;
@@ -232,7 +235,11 @@ impl InferService {
         )?
         .within_batch_limit(model.backend.max_batch_size())?
         .with_deadline(deadline)
-        .with_priority(decoded.priority);
+        .with_priority(decoded.priority)
+        .with_trace(trace);
+        if let Some(trace) = request.trace() {
+            trace.decoded();
+        }
         let copy = self.traffic.sample(rollout.as_deref(), &model, context);
         let shadow = self
             .traffic
@@ -339,6 +346,7 @@ impl InferService {
             service: self,
             deadline: request.deadline(),
             priority: request.priority(),
+            trace: request.trace().cloned(),
         };
         let outputs = request.outputs().to_vec();
         let targets = request.targets().to_vec();
@@ -366,6 +374,8 @@ struct Steps<'s> {
     service: &'s InferService,
     deadline: Option<tokio::time::Instant>,
     priority: Priority,
+    /// The ensemble request's trace, under which each step gets a span.
+    trace: Option<TraceHandle>,
 }
 
 impl StepRunner for Steps<'_> {
@@ -392,6 +402,10 @@ impl StepRunner for Steps<'_> {
         .within_batch_limit(model.backend.max_batch_size())?
         .with_deadline(self.deadline)
         .with_priority(self.priority);
+        let model_name = model.name.clone();
+        let step = (self.trace.as_ref())
+            .map(|trace| trace.open(ENSEMBLE_STEP, SpanDetail::Step { model: model_name }));
+        let request = request.with_trace(step.as_ref().map(|step| step.handle().clone()));
         Ok(self.service.run_on(model, request).await?.outputs)
     }
 }

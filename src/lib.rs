@@ -90,6 +90,7 @@ pub mod shm;
 pub mod stats;
 pub mod tensor;
 pub mod textproto;
+pub mod trace;
 pub mod traffic;
 pub mod transport;
 pub mod version;

@@ -21,6 +21,7 @@ mod response_cache;
 mod send_timeouts;
 mod traffic;
 
+pub use crate::trace::TraceCounters;
 pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
 pub use model::ModelMetrics;
 pub use peers::VersionFigures;
@@ -37,6 +38,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::request::Protocol;
+use crate::trace::counters::register_trace_counters;
 use labels::{
     batch_histogram, latency_histogram, BuildLabels, Histograms, InstanceLabels, LatencyLabels,
     RefusalLabels, RequestLabels, StageLabels, VersionLabels,
@@ -65,6 +67,7 @@ pub struct Metrics {
     response_cache: response_cache::ResponseCacheMetrics,
     traffic: TrafficMetrics,
     send_timeouts: SendTimeouts,
+    traces: TraceCounters,
     request_memory: Gauge,
     /// Whether scrapes carry the peers' names too (`--peer-metric-names`).
     peer_names: bool,
@@ -206,6 +209,7 @@ impl Metrics {
         let response_cache = response_cache::ResponseCacheMetrics::register(registry);
         let traffic = TrafficMetrics::register(registry);
         let send_timeouts = register_send_timeouts(registry);
+        let traces = register_trace_counters(registry);
         let request_memory = Gauge::default();
         registry.register(
             "request_memory_bytes",
@@ -234,6 +238,7 @@ impl Metrics {
             response_cache,
             traffic,
             send_timeouts,
+            traces,
             request_memory,
             peer_names: true,
         }
@@ -374,6 +379,11 @@ impl Metrics {
     /// The count of log lines dropped, for the log writer (`crate::log_sink`).
     pub fn log_lines_dropped(&self) -> Counter {
         self.log_lines_dropped.clone()
+    }
+
+    /// The trace exporter's counts of spans exported and dropped.
+    pub fn trace_counters(&self) -> TraceCounters {
+        self.traces.clone()
     }
 
     pub fn in_flight(&self) -> Gauge {

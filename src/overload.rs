@@ -85,6 +85,7 @@ use tower::{Layer, ServiceBuilder};
 
 use crate::metrics::Metrics;
 use crate::request::{RequestIds, StickyHeaders};
+use crate::trace::Tracer;
 use bypass::{Bypass, BypassLayer};
 use observe::{Observe, ObserveLayer, Observer};
 use protection::Protection;
@@ -104,6 +105,9 @@ pub struct OverloadSettings {
     pub request_timeout: Option<Duration>,
     /// One line per request on stdout (`--access-log`).
     pub access_log: AccessLogFormat,
+    /// Samples requests for tracing and exports their spans (`--trace-config
+    /// mode=opentelemetry`); `None`: no request is traced.
+    pub tracer: Option<Arc<Tracer>>,
 }
 
 /// What the stacks of both servers share: one rate limiter, one concurrency limit, one source
@@ -155,6 +159,7 @@ impl Overload {
                 access_log: access_log::AccessLog::start(settings.access_log),
                 memory: Arc::new(memory),
                 sticky,
+                tracer: settings.tracer.clone(),
             }),
         }
     }

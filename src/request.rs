@@ -19,6 +19,8 @@ use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
+use crate::trace::{TraceHandle, TraceStart};
+
 mod deadline;
 
 pub use deadline::{
@@ -174,6 +176,10 @@ pub struct RequestContext {
     /// The values of the headers some model's split is sticky on (usually none).
     sticky: Vec<(HeaderName, HeaderValue)>,
     answer_sent: after_answer::AnswerSignal,
+    /// Set while tracing may sample this request, until its model is known.
+    trace_start: Option<TraceStart>,
+    /// The request's trace, once sampled.
+    trace: OnceLock<TraceHandle>,
 }
 
 impl RequestContext {
@@ -188,7 +194,30 @@ impl RequestContext {
             memory_refused: AtomicBool::new(false),
             sticky: Vec::new(),
             answer_sent: Default::default(),
+            trace_start: None,
+            trace: OnceLock::new(),
         }
+    }
+
+    /// Lets tracing sample the request once it names its model ([`Self::start_trace`]).
+    pub fn with_trace(mut self, start: Option<TraceStart>) -> Self {
+        self.trace_start = start;
+        self
+    }
+
+    /// Makes the sampling decision for an inference on `model`; the trace, when sampled.
+    pub fn start_trace(&self, model: &Arc<str>, version: u64) -> Option<TraceHandle> {
+        if let Some(trace) = self.trace.get() {
+            return Some(trace.clone());
+        }
+        let start = self.trace_start.as_ref()?;
+        let trace = start.sample(model, version, self.protocol.label())?;
+        Some(self.trace.get_or_init(|| trace).clone())
+    }
+
+    /// The request's trace, if it was sampled.
+    pub fn trace(&self) -> Option<&TraceHandle> {
+        self.trace.get()
     }
 
     /// Carries `sticky`, the request's values of the sticky headers ([`StickyHeaders`]).
@@ -217,11 +246,14 @@ impl RequestContext {
                 HeaderValue::from(version),
             );
         }
-        self.answer_sent.release();
+        self.ended();
     }
 
     /// The request ended without an answer to hand over.
     pub fn ended(&self) {
+        if let Some(trace) = self.trace.get() {
+            trace.answered();
+        }
         self.answer_sent.release();
     }
 

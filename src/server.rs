@@ -43,6 +43,8 @@ use crate::proto::tensorflow::serving::{
     model_service_server::ModelServiceServer, prediction_service_server::PredictionServiceServer,
 };
 use crate::tensor::tensor_proto::ResponseEncoding;
+use crate::trace::export::ExportError;
+use crate::trace::{TraceConfig, TraceMode, TraceSettings, Tracer};
 use crate::transport::tls::Tls;
 use crate::transport::{self, limits, Endpoint, Grpc, Http, Pools, TransportSettings, Wire};
 
@@ -86,6 +88,19 @@ pub struct ServerOptions {
     pub background: Arc<Background>,
     /// What Triton's logging extension reads and changes (the binary's log filter).
     pub log_settings: Arc<LogSettings>,
+    /// Tracing as started (`--trace-config`): the mode, the sampling and the collector.
+    pub trace: TraceConfig,
+    /// What Triton's trace extension reads and changes, and what samples requests.
+    pub trace_settings: Arc<TraceSettings>,
+}
+
+impl ServerOptions {
+    /// Traces as `config` says, its sampling the trace settings' start.
+    pub fn with_trace(mut self, config: TraceConfig) -> Self {
+        self.trace_settings = Arc::new(TraceSettings::new(config.mode, config.sampling.clone()));
+        self.trace = config;
+        self
+    }
 }
 
 impl Default for ServerOptions {
@@ -102,6 +117,11 @@ impl Default for ServerOptions {
             tf_serving_metrics_path: Some(scrape::TF_SERVING_METRICS_PATH.to_owned()),
             background: Background::new(),
             log_settings: Arc::new(LogSettings::unattached(LogState::default())),
+            trace: TraceConfig::default(),
+            trace_settings: Arc::new(TraceSettings::new(
+                TraceMode::Triton,
+                TraceConfig::default().sampling,
+            )),
         }
     }
 }
@@ -111,6 +131,8 @@ impl Default for ServerOptions {
 pub enum ServerError {
     #[error(transparent)]
     Tls(#[from] transport::TlsError),
+    #[error(transparent)]
+    Trace(#[from] ExportError),
 }
 
 /// Every route of the HTTP port. Add routes here (or in the protocol modules) through
@@ -176,6 +198,7 @@ pub fn rest_app(
                 infer,
                 health: health.clone(),
                 log_settings: options.log_settings.clone(),
+                trace_settings: options.trace_settings.clone(),
             },
             rest_router(options.tf_serving_metrics_path.as_deref()),
         ))
@@ -199,6 +222,7 @@ fn metrics_app(
                     infer,
                     health: health.clone(),
                     log_settings: options.log_settings.clone(),
+                    trace_settings: options.trace_settings.clone(),
                 }),
         )
 }
@@ -220,6 +244,7 @@ fn grpc_routes(
         health.clone(),
         overload.streams(),
         options.log_settings.clone(),
+        options.trace_settings.clone(),
     );
     tonic::service::Routes::new(health.grpc_service())
         .add_service(
@@ -261,8 +286,15 @@ pub async fn run(
         options.background.clone(),
     ));
     health.publish().await;
+    // The exporter runs on this runtime; without OpenTelemetry mode nothing is sampled.
+    let mut overload_settings = options.overload.clone();
+    if options.trace.exports() {
+        let counters = infer.shared_metrics().trace_counters();
+        let tracer = Tracer::start(&options.trace, options.trace_settings.clone(), counters)?;
+        overload_settings.tracer = Some(tracer);
+    }
     let overload = Arc::new(Overload::sticky_on(
-        &options.overload,
+        &overload_settings,
         infer.shared_metrics(),
         infer.repository().sticky_headers(),
     ));

@@ -22,6 +22,7 @@ use axum::extract::FromRef;
 
 use crate::infer::InferService;
 use crate::log_settings::LogSettings;
+use crate::trace::TraceSettings;
 
 /// What the HTTP handlers read: the inference service, and the server's health for the
 /// probes. Given to the router as its state (not each request as an extension, which costs an
@@ -32,6 +33,14 @@ pub struct AppState {
     pub health: Arc<health::Health>,
     /// Triton's logging extension (`/v2/logging`), shared with the gRPC service.
     pub log_settings: Arc<LogSettings>,
+    /// Triton's trace extension (`/v2/trace/setting`), shared with the gRPC service.
+    pub trace_settings: Arc<TraceSettings>,
+}
+
+impl FromRef<AppState> for Arc<TraceSettings> {
+    fn from_ref(state: &AppState) -> Self {
+        state.trace_settings.clone()
+    }
 }
 
 impl FromRef<AppState> for Arc<LogSettings> {

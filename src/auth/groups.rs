@@ -127,8 +127,10 @@ pub const ROUTES: &[(&str, Group)] = &[
     ("/v2/models/{name}/versions/{version}/config", Metadata),
     ("/v2/models/{name}/versions/{version}/stats", Metrics),
     ("/v2/models/{name}/versions/{version}/infer", Inference),
-    // Logging settings change the server's behaviour: administrators only.
+    // Logging and trace settings change the server's behaviour: administrators only.
     ("/v2/logging", ModelRepository),
+    ("/v2/trace/setting", ModelRepository),
+    ("/v2/models/{name}/trace/setting", ModelRepository),
     ("/v2/repository/index", ModelRepository),
     ("/v2/repository/models/{name}/load", ModelRepository),
     ("/v2/repository/models/{name}/unload", ModelRepository),

@@ -32,6 +32,8 @@ use super::runner::Runner;
 use super::telemetry::inferences;
 use super::{BatchError, BatcherError, ValidRequest};
 use crate::backend::NamedTensor;
+use crate::trace::span::BATCH_RUN;
+use crate::trace::SpanDetail;
 
 /// The request side of a model version's batcher. Dropping it (or calling
 /// [`BatcherHandle::shutdown`]) closes the queue: the actor runs what is queued, then exits.
@@ -157,6 +159,7 @@ impl BatcherHandle {
             inputs,
             outputs,
             targets,
+            trace,
             ..
         } = request.into_parts();
         let rows = inferences(&inputs);
@@ -173,9 +176,14 @@ impl BatcherHandle {
         };
         // A panicking runtime fails this request, as it fails a batch on a blocking thread,
         // and the instance comes back either way.
+        let started = std::time::Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
             self.runner.run(instance, run, vec![inputs])
         }));
+        if let Some(trace) = &trace {
+            let detail = SpanDetail::Batch { size: 1, instance };
+            trace.record(BATCH_RUN, started, std::time::Instant::now(), detail);
+        }
         self.runner
             .instances
             .give_back_from_outside(instance, &self.depth);

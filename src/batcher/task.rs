@@ -26,6 +26,8 @@ use super::request::Parts;
 use super::runner::Runner;
 use super::telemetry::inferences;
 use crate::backend::{NamedTensor, OutputTarget};
+use crate::trace::span::{BATCH_RUN, QUEUE_WAIT};
+use crate::trace::{SpanDetail, TraceHandle};
 
 /// A queued request, less what the policy keeps beside it.
 struct Waiting {
@@ -36,18 +38,22 @@ struct Waiting {
     reply: oneshot::Sender<Reply>,
     span: Span,
     enqueued: Instant,
+    trace: Option<TraceHandle>,
 }
 
 /// Who to answer once the running batch finishes.
 struct Waiter {
     reply: oneshot::Sender<Reply>,
     span: Span,
+    trace: Option<TraceHandle>,
 }
 
 /// A batch that runs, by the task that runs it.
 struct InFlight {
     waiters: Vec<Waiter>,
     instance: usize,
+    /// When the batch started, for the traced requests' batch-run spans.
+    started: std::time::Instant,
 }
 
 /// The batches the actor runs now, at most one per instance.
@@ -191,7 +197,7 @@ impl Batcher {
                     };
                     if let Some(done) = running.finished(id) {
                         instances.give_back(done.instance);
-                        self.finish(done.waiters, joined.map(|(_, outcome)| outcome));
+                        self.finish(done, joined.map(|(_, outcome)| outcome));
                     }
                 }
                 Event::Freed | Event::Wake => {}
@@ -214,6 +220,7 @@ impl Batcher {
             deadline,
             targets,
             priority,
+            trace,
         } = request.into_parts();
         // A request that wants outputs written into its own memory runs alone.
         let mergeable = targets.iter().all(Option::is_none);
@@ -239,6 +246,7 @@ impl Batcher {
                 reply,
                 span,
                 enqueued,
+                trace,
             },
         });
     }
@@ -252,8 +260,13 @@ impl Batcher {
         let mut requests = Vec::with_capacity(size);
         let mut rows = Vec::with_capacity(size);
         let mut waiters = Vec::with_capacity(size);
+        let started = std::time::Instant::now();
         for queued in batch {
             let waiting = queued.item;
+            if let Some(trace) = &waiting.trace {
+                let detail = SpanDetail::None;
+                trace.record(QUEUE_WAIT, waiting.enqueued.into_std(), started, detail);
+            }
             let waited = waiting.enqueued.elapsed();
             self.runner.record_queue_wait(waited);
             let queued_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
@@ -267,6 +280,7 @@ impl Batcher {
             waiters.push(Waiter {
                 reply: waiting.reply,
                 span: waiting.span,
+                trace: waiting.trace,
             });
         }
         let (signature, outputs, targets) = call.unwrap_or_default();
@@ -292,13 +306,29 @@ impl Batcher {
                 })
             })
         });
-        running
-            .batches
-            .insert(task.id(), InFlight { waiters, instance });
+        let batch = InFlight {
+            waiters,
+            instance,
+            started,
+        };
+        running.batches.insert(task.id(), batch);
     }
 
-    fn finish(&self, waiters: Vec<Waiter>, joined: Result<Outcome, JoinError>) {
+    fn finish(&self, batch: InFlight, joined: Result<Outcome, JoinError>) {
+        let InFlight {
+            waiters,
+            instance,
+            started,
+        } = batch;
         let count = waiters.len();
+        let ended = std::time::Instant::now();
+        for trace in waiters.iter().filter_map(|waiter| waiter.trace.as_ref()) {
+            let detail = SpanDetail::Batch {
+                size: count,
+                instance,
+            };
+            trace.record(BATCH_RUN, started, ended, detail);
+        }
         let replies = match joined {
             Ok(outcome) => answers(outcome, count),
             Err(err) => {

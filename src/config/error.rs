@@ -33,6 +33,8 @@ pub enum ConfigError {
     ModelDirNotADirectory(PathBuf),
     #[error(transparent)]
     ApiKeys(#[from] ApiKeysError),
+    #[error("--trace-config: {0}")]
+    Trace(String),
     #[error("--{flag}: {why}")]
     PeerRefused { flag: String, why: String },
     /// `setting` names the file and field, or the environment variable.

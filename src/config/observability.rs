@@ -5,6 +5,7 @@ use clap::Args;
 
 use crate::api::health::Readiness;
 use crate::overload::AccessLogFormat;
+use crate::trace::config::{parse_entries, TraceEntry};
 
 /// Metrics port, readiness, the access log and the log format.
 #[derive(Debug, Clone, Args)]
@@ -39,6 +40,27 @@ pub struct ObservabilityArgs {
     /// Log lines as human-readable text or as JSON objects, one per line.
     #[arg(long, env = "TENSORPORT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Request tracing, in Triton's spellings ([MODE,]KEY=VALUE), once per setting: mode=opentelemetry (export
+    /// spans), level=TIMESTAMPS (nothing is traced without a level; OFF), rate=N (trace 1 of
+    /// every N requests; default 1000), count=N (stop after N traces; -1 no limit),
+    /// opentelemetry,url=HOST:PORT/v1/traces (the OTLP/HTTP collector, default
+    /// localhost:4318/v1/traces), opentelemetry,protocol=grpc (OTLP/gRPC to HOST:PORT),
+    /// opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_schedule_delay=MS. Over the
+    /// standard OTEL_EXPORTER_OTLP_ENDPOINT (which also means mode=opentelemetry),
+    /// OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf or grpc), OTEL_TRACES_SAMPLER_ARG (a
+    /// ratio) and OTEL_SERVICE_NAME.
+    #[arg(long, env = "TENSORPORT_TRACE_CONFIG", value_name = "SETTING",
+          action = clap::ArgAction::Append, value_parser = parse_trace_config)]
+    pub trace_config: Vec<TraceEntries>,
+}
+
+/// The settings of one `--trace-config` value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceEntries(pub Vec<TraceEntry>);
+
+fn parse_trace_config(text: &str) -> Result<TraceEntries, String> {
+    parse_entries(text).map(TraceEntries)
 }
 
 /// The least severe log lines written.

@@ -25,6 +25,7 @@ use crate::overload::{ApiKeys, OverloadSettings, RateSettings};
 use crate::server::ServerOptions;
 use crate::shm::ShmLimits;
 use crate::tensor::tensor_proto::ResponseEncoding;
+use crate::trace::TraceConfig;
 use crate::transport::{TlsFiles, TransportSettings};
 
 /// Settings of `tensorport serve`.
@@ -83,6 +84,8 @@ impl ServeArgs {
             api_keys,
         });
         Ok(ServerOptions {
+            trace: TraceConfig::default(),
+            trace_settings: ServerOptions::default().trace_settings,
             max_request_bytes: usize::try_from(self.overload.max_request_bytes)
                 .unwrap_or(usize::MAX),
             overload: OverloadSettings {
@@ -92,6 +95,8 @@ impl ServeArgs {
                 request_timeout: (self.overload.request_timeout_ms > 0)
                     .then(|| Duration::from_millis(self.overload.request_timeout_ms)),
                 access_log: self.observability.access_log,
+                // Started by `server::run`, on its runtime.
+                tracer: None,
             },
             shutdown_delay: Duration::from_millis(self.network.shutdown_delay_ms),
             drain: Duration::from_secs(self.network.drain_secs),
@@ -110,7 +115,20 @@ impl ServeArgs {
             )?,
             // Made by `main` as it installs the log subscriber, which the settings change.
             log_settings: ServerOptions::default().log_settings,
-        })
+        }
+        .with_trace(self.trace_config()?))
+    }
+
+    /// `--trace-config`, over the OpenTelemetry environment variables.
+    pub fn trace_config(&self) -> Result<TraceConfig, ConfigError> {
+        let entries: Vec<_> = self
+            .observability
+            .trace_config
+            .iter()
+            .flat_map(|entries| entries.0.iter().cloned())
+            .collect();
+        TraceConfig::from_entries(&entries, |name| std::env::var(name).ok())
+            .map_err(ConfigError::Trace)
     }
 
     /// TLS, the connection cap and the connection timeouts (reads --ssl-config-file).

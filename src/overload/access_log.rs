@@ -1,7 +1,7 @@
 //! The access log (`--access-log text|json`): one line per answered request on stdout, apart
 //! from the diagnostic log on stderr, with the fields an operator greps for: time, client
 //! address, method, path (for gRPC, the RPC), protocol, model, version, status, outcome,
-//! duration, request id, bytes in and out.
+//! duration, request id, trace id (of a traced request), bytes in and out.
 //!
 //! Lines go through a bounded channel to a writer thread of their own, so that a slow reader
 //! of stdout never holds up a request; when the channel is full, lines are dropped and
@@ -45,6 +45,8 @@ pub struct AccessEntry<'a> {
     pub outcome: &'static str,
     pub duration: Duration,
     pub request_id: &'a str,
+    /// The trace id of a traced request, as exported (hex).
+    pub trace_id: Option<String>,
     pub bytes_in: Option<u64>,
     pub bytes_out: Option<u64>,
 }
@@ -58,7 +60,7 @@ enum Value<'a> {
 }
 
 impl AccessEntry<'_> {
-    fn fields(&self) -> [(&'static str, Value<'_>); 13] {
+    fn fields(&self) -> [(&'static str, Value<'_>); 14] {
         let text = |s: &'static str| Value::Text(s);
         let optional = |n: Option<u64>| n.map_or(Value::Absent, Value::Number);
         [
@@ -79,6 +81,10 @@ impl AccessEntry<'_> {
                 Value::Millis(self.duration.as_secs_f64() * 1e3),
             ),
             ("request_id", Value::Text(self.request_id)),
+            (
+                "trace_id",
+                self.trace_id.as_deref().map_or(Value::Absent, Value::Text),
+            ),
             ("bytes_in", optional(self.bytes_in)),
             ("bytes_out", optional(self.bytes_out)),
         ]
@@ -259,6 +265,7 @@ mod tests {
             outcome: "ok",
             duration: Duration::from_micros(1234),
             request_id: "trace 7",
+            trace_id: None,
             bytes_in: Some(120),
             bytes_out: None,
         }
@@ -271,8 +278,8 @@ mod tests {
             Some(
                 "time=2026-11-30T14:05:38.954Z client=127.0.0.1:5555 method=POST \
                  path=/v2/models/ranker/infer protocol=kserve-http model=ranker version=2 \
-                 status=200 outcome=ok duration_ms=1.234 request_id=\"trace 7\" bytes_in=120 \
-                 bytes_out=-"
+                 status=200 outcome=ok duration_ms=1.234 request_id=\"trace 7\" trace_id=- \
+                 bytes_in=120 bytes_out=-"
             )
         );
     }
@@ -292,7 +299,7 @@ mod tests {
         assert_eq!(value["model"], serde_json::Value::Null);
         assert_eq!(value["duration_ms"], 1.234);
         assert_eq!(value["request_id"], "trace 7");
-        assert_eq!(value.as_object().map(|o| o.len()), Some(13));
+        assert_eq!(value.as_object().map(|o| o.len()), Some(14));
         assert!(line.starts_with("{\"time\":"), "{line}");
         Ok(())
     }

@@ -28,6 +28,7 @@ use crate::request::{
     client_timeout, MemoryPool, Protocol, RequestContext, RequestIds, StickyHeaders,
     REQUEST_ID_HEADER,
 };
+use crate::trace::{TraceStart, Tracer};
 
 /// What every [`Observe`] service of one server shares.
 pub struct Observer {
@@ -42,6 +43,8 @@ pub struct Observer {
     pub memory: Arc<dyn MemoryPool>,
     /// The headers models' splits are sticky on, copied into each request's context.
     pub sticky: Arc<StickyHeaders>,
+    /// `None`: no request is traced.
+    pub tracer: Option<Arc<Tracer>>,
 }
 
 pub struct Observe<S, B> {
@@ -125,7 +128,11 @@ where
             .and_then(|timeout| started.checked_add(timeout));
         let context = RequestContext::new(id, protocol, deadline)
             .with_memory(self.observer.memory.clone())
-            .with_sticky(self.observer.sticky.capture(request.headers()));
+            .with_sticky(self.observer.sticky.capture(request.headers()))
+            .with_trace(TraceStart::begin(
+                self.observer.tracer.as_ref(),
+                request.headers(),
+            ));
         let context = Arc::new(context);
         let access = self.observer.access_log.is_some().then(|| Access {
             time: SystemTime::now(),
@@ -402,6 +409,7 @@ impl Record {
             outcome: outcome.label(),
             duration: self.started.elapsed(),
             request_id: self.context.id(),
+            trace_id: self.context.trace().map(|trace| trace.trace_id_hex()),
             bytes_in: access.bytes_in,
             bytes_out,
         });

@@ -7,6 +7,7 @@
 
 pub mod budget;
 pub mod gate;
+pub mod otlp;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -28,6 +28,8 @@ fn sample(peer: Peer, flag: &PeerFlag) -> (&'static str, Vec<String>) {
         ("model-repository" | "model-store" | "model_base_path", _) => "{dir}",
         ("log-verbose", _) => "1",
         ("cache-config", _) => "local,size=1048576",
+        ("trace-config", _) => "mode=opentelemetry",
+        ("trace-level", _) => "TIMESTAMPS",
         (_, Kind::Bool) => "true",
         (_, Kind::Int) => "1",
         (_, Kind::Float) => "1.5",
@@ -560,5 +562,29 @@ fn a_model_list_wins_over_the_docker_images_single_model_flags() -> Result<(), C
         warning.contains("--model_name") && warning.contains("--model_base_path"),
         "{warning}"
     );
+    Ok(())
+}
+
+#[test]
+fn tritons_trace_flags_come_to_one_trace_config() -> Result<(), ConfigError> {
+    let repository = format!(
+        "--model-repository={}/examples/models",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let args = serve(&[
+        TRITON_PROGRAM,
+        &repository,
+        "--trace-rate=50",
+        "--trace-config",
+        "mode=opentelemetry",
+        "--trace-config=level=TIMESTAMPS",
+        "--trace-config",
+        "opentelemetry,url=collector:4318/v1/traces",
+    ])?;
+    let trace = args.trace_config()?;
+    assert!(trace.exports());
+    assert_eq!(trace.sampling.rate, 50);
+    assert!(trace.sampling.level.timestamps);
+    assert_eq!(trace.export.url, "http://collector:4318/v1/traces");
     Ok(())
 }

@@ -31,6 +31,11 @@ pub const TRANSLATED: &[&str] = &[
     "metrics-address",
     "cache-config",
     "response-cache-byte-size",
+    "trace-config",
+    "trace-level",
+    "trace-rate",
+    "trace-count",
+    "trace-log-frequency",
 ];
 
 /// Triton's `--repository-poll-secs` default.
@@ -47,6 +52,7 @@ pub fn apply(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
     keepalive(given, out);
     logging(given, out)?;
     response_cache(given, out);
+    tracing(given, out);
     if given.contains("disable-auto-complete-config") {
         out.set("strict-model-config", "true");
     }
@@ -76,6 +82,26 @@ fn response_cache(given: &Given, out: &mut Translated) {
             out.set("cache-config", format!("local,size={}", size.trim()));
         }
         _ => {}
+    }
+}
+
+/// Tracing: every `--trace-config` value passes through, joined into one of ours (`;` between
+/// settings), after Triton's older `--trace-level/rate/count/log-frequency` spelt as the same
+/// settings, so that `--trace-config` wins where both are given, as in Triton.
+fn tracing(given: &Given, out: &mut Translated) {
+    let older = [
+        ("trace-level", "level"),
+        ("trace-rate", "rate"),
+        ("trace-count", "count"),
+        ("trace-log-frequency", "log-frequency"),
+    ];
+    let mut settings: Vec<String> = older
+        .iter()
+        .flat_map(|(flag, key)| given.all(flag).iter().map(move |v| format!("{key}={v}")))
+        .collect();
+    settings.extend(given.all("trace-config").iter().cloned());
+    if !settings.is_empty() {
+        out.set("trace-config", settings.join(";"));
     }
 }
 

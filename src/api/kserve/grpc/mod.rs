@@ -3,7 +3,8 @@
 //! The tonic service (`service.rs`) is the dispatcher; beneath it `ModelInfer`
 //! (`model_infer.rs`) and `ModelStreamInfer` (`stream.rs`, which runs each message through
 //! `ModelInfer` and admits it by its footprint, `message_footprint.rs`), and beneath those the
-//! protobuf parameters (`params.rs`); `LogSettings` is `log_settings.rs`. Nothing here
+//! protobuf parameters (`params.rs`); `LogSettings` is `log_settings.rs`,
+//! `TraceSetting` `trace_setting.rs`. Nothing here
 //! imports the service back.
 
 mod log_settings;
@@ -12,5 +13,6 @@ mod model_infer;
 mod params;
 mod service;
 mod stream;
+mod trace_setting;
 
 pub use service::KserveGrpc;

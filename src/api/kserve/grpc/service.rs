@@ -10,6 +10,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::log_settings::log_settings;
 use super::model_infer::model_infer;
 use super::stream::{answers, MODEL_STREAM_INFER};
+use super::trace_setting::trace_setting;
 use crate::api::health::Health;
 use crate::api::kserve::model_info::{model_config, model_metadata, repository_index, EXTENSIONS};
 use crate::api::kserve::params::refuse_load_overrides;
@@ -24,6 +25,7 @@ use crate::proto::inference::model_metadata_response::TensorMetadata;
 use crate::repository::VersionSelector;
 use crate::request::RequestContext;
 use crate::shm::{Peer, ShmError};
+use crate::trace::TraceSettings;
 
 /// The KServe gRPC service over one [`InferService`].
 #[derive(Clone)]
@@ -33,6 +35,7 @@ pub struct KserveGrpc {
     /// Admits each message of a `ModelStreamInfer` stream as the port's stack admits a call.
     streams: Streams,
     log_settings: Arc<LogSettings>,
+    trace_settings: Arc<TraceSettings>,
 }
 
 impl KserveGrpc {
@@ -41,12 +44,14 @@ impl KserveGrpc {
         health: Arc<Health>,
         streams: Streams,
         log_settings: Arc<LogSettings>,
+        trace_settings: Arc<TraceSettings>,
     ) -> Self {
         Self {
             service,
             health,
             streams,
             log_settings,
+            trace_settings,
         }
     }
 }
@@ -320,11 +325,12 @@ impl GrpcInferenceService for KserveGrpc {
 
     async fn trace_setting(
         &self,
-        _: Request<pb::TraceSettingRequest>,
+        request: Request<pb::TraceSettingRequest>,
     ) -> Result<Response<pb::TraceSettingResponse>, Status> {
-        Err(Status::unimplemented(
-            "tracing settings are not supported; set RUST_LOG instead",
-        ))
+        Ok(Response::new(trace_setting(
+            &self.trace_settings,
+            request.into_inner(),
+        )?))
     }
 
     async fn log_settings(

@@ -19,6 +19,7 @@ mod routes;
 mod shared_memory;
 mod statistics;
 mod support;
+mod trace;
 
 pub use decode::decode_infer_body;
 pub use infer::infer_request;

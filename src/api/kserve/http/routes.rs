@@ -16,6 +16,7 @@ use super::shared_memory::{
 };
 use super::statistics::{all_stats, stats, stats_version};
 use super::support::ok;
+use super::trace::{get_model_trace, get_trace, post_model_trace, post_trace};
 use crate::api::http::model_name::name_model;
 use crate::api::http::response::json_response;
 use crate::api::http::route_table::Routes;
@@ -52,6 +53,11 @@ pub fn routes() -> Routes<AppState> {
             post(infer_version),
         )
         .route("/v2/logging", get(get_logging).post(post_logging))
+        .route("/v2/trace/setting", get(get_trace).post(post_trace))
+        .route(
+            "/v2/models/{name}/trace/setting",
+            get(get_model_trace).post(post_model_trace),
+        )
         .route("/v2/repository/index", post(index))
         .route("/v2/repository/models/{name}/load", post(load))
         .route("/v2/repository/models/{name}/unload", post(unload))
