@@ -79,7 +79,11 @@ impl Sampler {
             return false;
         }
         let rate = u64::from(self.rate.load(Ordering::Relaxed).max(1));
-        if self.seen.fetch_add(1, Ordering::Relaxed) % rate != 0 {
+        if !self
+            .seen
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(rate)
+        {
             return false;
         }
         // -1: no limit; else one trace fewer, and none at zero.
