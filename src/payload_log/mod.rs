@@ -4,7 +4,9 @@
 //! as TensorFlow reads them.
 
 mod config;
+mod record;
 mod tfrecord;
 
 pub use config::{Destination, LogFormat, LoggingTable, PayloadLogConfig, SizeText};
+pub use record::{owned_tensors, PayloadRecord, SHADOW_ORIGIN};
 pub use tfrecord::{frame_into, framed_len, masked_crc};
