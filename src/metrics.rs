@@ -13,6 +13,7 @@
 mod labels;
 mod lifecycle;
 mod model;
+mod payload_log;
 mod peers;
 mod process;
 mod residency;
@@ -21,6 +22,7 @@ mod traffic;
 
 pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
 pub use model::ModelMetrics;
+pub use payload_log::{PayloadLogCounts, PayloadLogMetrics};
 pub use peers::VersionFigures;
 pub use residency::LoadWaiter;
 pub use send_timeouts::SendTimeouts;
@@ -61,6 +63,7 @@ pub struct Metrics {
     residency: residency::ResidencyMetrics,
     traffic: TrafficMetrics,
     send_timeouts: SendTimeouts,
+    payload_log: PayloadLogMetrics,
     request_memory: Gauge,
     /// Whether scrapes carry the peers' names too (`--peer-metric-names`).
     peer_names: bool,
@@ -201,6 +204,7 @@ impl Metrics {
         let residency = residency::ResidencyMetrics::register(registry);
         let traffic = TrafficMetrics::register(registry);
         let send_timeouts = register_send_timeouts(registry);
+        let payload_log = PayloadLogMetrics::register(registry);
         let request_memory = Gauge::default();
         registry.register(
             "request_memory_bytes",
@@ -228,6 +232,7 @@ impl Metrics {
             residency,
             traffic,
             send_timeouts,
+            payload_log,
             request_memory,
             peer_names: true,
         }
@@ -252,6 +257,10 @@ impl Metrics {
     /// The counters of answers cut off for the send timeout, for the transport.
     pub fn send_timeouts(&self) -> SendTimeouts {
         self.send_timeouts.clone()
+    }
+
+    pub fn payload_log(&self) -> &PayloadLogMetrics {
+        &self.payload_log
     }
 
     pub fn record_copy(&self, stage: CopyStage, bytes: usize) {

@@ -68,9 +68,9 @@ impl LogFormat {
 /// Where the files go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Destination {
-    /// config.toml's `path`: files `<dir>/<model>.<start>-<n>.<ext>`.
+    /// config.toml's `path`: files `<dir>/<model>-<unix-ms>-<n>.<ext>`.
     Directory(PathBuf),
-    /// models.config's `filename_prefix`: files `<prefix>.<start>-<n>.<ext>`, as TF Serving
+    /// models.config's `filename_prefix`: files `<prefix>.<unix-ms>-<n>.<ext>`, as TF Serving
     /// names them from the prefix.
     Prefix(PathBuf),
 }

@@ -6,7 +6,9 @@
 mod config;
 mod record;
 mod tfrecord;
+mod writer;
 
 pub use config::{Destination, LogFormat, LoggingTable, PayloadLogConfig, SizeText};
 pub use record::{owned_tensors, PayloadRecord, SHADOW_ORIGIN};
 pub use tfrecord::{frame_into, framed_len, masked_crc};
+pub use writer::{PayloadWriter, QUEUE_BYTES, QUEUE_RECORDS};
