@@ -13,7 +13,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::metrics::PayloadLogCounts;
-use crate::traffic::Draws;
 
 use super::config::{Destination, LogFormat, PayloadLogConfig};
 use super::record::PayloadRecord;
@@ -59,7 +58,8 @@ pub struct PayloadWriter {
     shared: Arc<Shared>,
     sender: Option<SyncSender<(PayloadRecord, usize)>>,
     thread: Option<JoinHandle<()>>,
-    draws: Draws,
+    /// The sampling draws: a counter run through SplitMix64's finaliser.
+    draws: AtomicU64,
     ids: AtomicU64,
 }
 
@@ -106,7 +106,11 @@ impl PayloadWriter {
             shared,
             sender: thread.as_ref().map(|_| sender),
             thread,
-            draws: Draws::from_clock(),
+            draws: AtomicU64::new(
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |since| since.as_nanos() as u64),
+            ),
             ids: AtomicU64::new(0),
         }
     }
@@ -122,7 +126,11 @@ impl PayloadWriter {
             return true;
         }
         // 53 random bits as a share in [0, 1).
-        let draw = (self.draws.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let draw = (splitmix(
+            self.draws
+                .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed),
+        ) >> 11) as f64
+            / (1u64 << 53) as f64;
         sample > 0.0 && draw < sample
     }
 
@@ -159,6 +167,12 @@ impl Drop for PayloadWriter {
             let _ = thread.join();
         }
     }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 fn tensor_bytes(record: &PayloadRecord) -> usize {
