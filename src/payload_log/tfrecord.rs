@@ -45,7 +45,7 @@ mod tests {
         // CRC-32C of "123456789" is 0xE3069283 (RFC 3720, appendix B.4).
         let crc: u32 = 0xe306_9283;
         assert_eq!(CRC32C.checksum(b"123456789"), crc);
-        let masked = ((crc >> 15) | (crc << 17)).wrapping_add(0xa282_ead8);
+        let masked = crc.rotate_right(15).wrapping_add(0xa282_ead8);
         assert_eq!(masked_crc(b"123456789"), masked);
         assert_eq!(masked, 0xc78a_b0e5);
         // CRC-32C of no bytes is 0, so the mask alone remains.
