@@ -11,6 +11,7 @@ use crate::backend::{NamedTensor, OutputTarget, Signature};
 use crate::batcher::{Priority, ValidRequest};
 use crate::error::Error;
 use crate::metrics::{CopyStage, Metrics};
+use crate::payload_log::PayloadWriter;
 use crate::pipeline::{schedule, Ensemble, Step, StepCall, StepRunner};
 use crate::repository::{LoadedModel, ModelRepository, Rollout, VersionSelector};
 use crate::request::RequestContext;
@@ -21,6 +22,7 @@ use crate::trace::{SpanDetail, TraceHandle};
 use crate::traffic::{ShadowDispatcher, ShadowInputs, Traffic};
 
 mod cached_run;
+mod payload;
 
 pub use cached_run::run_validated;
 
@@ -59,6 +61,8 @@ pub struct Prepared {
     pub rollout: Option<Arc<Rollout>>,
     /// The inputs of a request sampled for a shadow copy.
     pub shadow: Option<ShadowInputs>,
+    /// The inputs of a request sampled for the payload log.
+    pub payload: Option<payload::Capture>,
 }
 
 /// The outputs of a prediction and the version that produced them.
@@ -214,7 +218,7 @@ impl InferService {
             context.name_model(target.model);
         }
         let load_deadline = deadline_of(context, body_timeout);
-        let rollout = self.rollout_of(target.model);
+        let (rollout, writer) = self.settings_of(target.model);
         let model = self
             .resolve_routed(&target, rollout.as_deref(), context, load_deadline)
             .await?;
@@ -244,18 +248,24 @@ impl InferService {
         let shadow = self
             .traffic
             .keep_inputs(copy, client_memory, &model, &request);
+        let signatures = model.backend.signatures();
+        let payload = payload::capture(writer, signatures, &request, client_memory);
         Ok(Prepared {
             model,
             request,
             rollout,
             shadow,
+            payload,
         })
     }
 
-    /// The model's rollout settings in the current snapshot.
-    fn rollout_of(&self, model: &str) -> Option<Arc<Rollout>> {
+    /// The model's rollout settings and payload-log writer in the current snapshot.
+    fn settings_of(&self, model: &str) -> (Option<Arc<Rollout>>, Option<Arc<PayloadWriter>>) {
         let snapshot = self.repository.snapshot();
-        snapshot.model(model).ok()?.rollout.clone()
+        match snapshot.model(model) {
+            Ok(record) => (record.rollout.clone(), record.payload_log.clone()),
+            Err(_) => (None, None),
+        }
     }
 
     /// The serving version for `target`: the split's choice when it names none and the model
@@ -292,6 +302,7 @@ impl InferService {
             request,
             rollout,
             shadow,
+            payload,
         } = prepared;
         let result = match model.ensemble.clone() {
             Some(ensemble) => self.run_ensemble(model, &ensemble, request).await,
@@ -299,6 +310,8 @@ impl InferService {
         }?;
         self.traffic
             .after_run(rollout.as_deref(), &result.model, &result.outputs, shadow);
+        let model = &result.model;
+        payload::offer(payload, &model.name, model.version, &result.outputs);
         Ok(result)
     }
 

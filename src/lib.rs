@@ -80,6 +80,7 @@ pub mod log_sink;
 pub mod logging;
 pub mod metrics;
 pub mod overload;
+pub mod payload_log;
 pub mod pipeline;
 pub mod proto;
 pub mod repository;

@@ -14,6 +14,7 @@
 mod labels;
 mod lifecycle;
 mod model;
+mod payload_log;
 mod peers;
 mod process;
 mod residency;
@@ -24,6 +25,7 @@ mod traffic;
 pub use crate::trace::TraceCounters;
 pub use labels::{CopyStage, ModelEvent, RefusalReason, SecondsCounter};
 pub use model::ModelMetrics;
+pub use payload_log::{PayloadLogCounts, PayloadLogMetrics};
 pub use peers::VersionFigures;
 pub use residency::LoadWaiter;
 pub use response_cache::CacheFigures;
@@ -68,6 +70,7 @@ pub struct Metrics {
     traffic: TrafficMetrics,
     send_timeouts: SendTimeouts,
     traces: TraceCounters,
+    payload_log: PayloadLogMetrics,
     request_memory: Gauge,
     /// Whether scrapes carry the peers' names too (`--peer-metric-names`).
     peer_names: bool,
@@ -210,6 +213,7 @@ impl Metrics {
         let traffic = TrafficMetrics::register(registry);
         let send_timeouts = register_send_timeouts(registry);
         let traces = register_trace_counters(registry);
+        let payload_log = PayloadLogMetrics::register(registry);
         let request_memory = Gauge::default();
         registry.register(
             "request_memory_bytes",
@@ -239,6 +243,7 @@ impl Metrics {
             traffic,
             send_timeouts,
             traces,
+            payload_log,
             request_memory,
             peer_names: true,
         }
@@ -263,6 +268,10 @@ impl Metrics {
     /// The counters of answers cut off for the send timeout, for the transport.
     pub fn send_timeouts(&self) -> SendTimeouts {
         self.send_timeouts.clone()
+    }
+
+    pub fn payload_log(&self) -> &PayloadLogMetrics {
+        &self.payload_log
     }
 
     pub fn record_copy(&self, stage: CopyStage, bytes: usize) {

@@ -22,6 +22,7 @@
 //! that the requests of one batch agree on everything but dimension 0, and that the outputs
 //! come back with one row per input row.
 
+mod alarm;
 mod channel;
 mod error;
 mod execute;

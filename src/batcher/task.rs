@@ -16,6 +16,7 @@ use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::Instant;
 use tracing::Span;
 
+use super::alarm::Alarm;
 use super::channel::{release, Message, Reply};
 use super::error::{BatchError, BatcherError};
 use super::execute::{answers, panicked, Outcome, Run};
@@ -80,7 +81,8 @@ enum Event {
     Finished(Result<(Id, Outcome), JoinError>),
     /// A request that ran inline gave its instance back.
     Freed,
-    Wake,
+    /// The queue delay the alarm was set for is over, as of this time.
+    Wake(Instant),
 }
 
 /// The batching actor of one model version. Start it with [`Batcher::spawn`] (start.rs).
@@ -119,8 +121,13 @@ impl Batcher {
         let instances = &runner.instances;
         let mut running = Running::default();
         let mut open = true;
+        let mut alarm = Alarm::default();
+        // When the alarm last rang: the delay it was set for is over from then on.
+        let mut rang: Option<Instant> = None;
         loop {
-            let now = Instant::now();
+            let now = rang
+                .take()
+                .map_or_else(Instant::now, |at| at.max(Instant::now()));
             // Taken before the step, since the queue cuts a batch only when told an instance
             // is free, and a request running inline may take the last one at any time.
             let instance = instances.take();
@@ -168,13 +175,14 @@ impl Batcher {
             if !open && running.is_empty() && self.queue.is_empty() {
                 break;
             }
+            alarm.set(wake);
             let event = tokio::select! {
                 message = self.receiver.recv(), if open => Event::Received(message),
                 Some(joined) = running.tasks.join_next_with_id(), if !running.is_empty() => {
                     Event::Finished(joined)
                 }
                 () = instances.freed() => Event::Freed,
-                () = tokio::time::sleep_until(wake.unwrap_or(now)), if wake.is_some() => Event::Wake,
+                at = alarm.rung(), if wake.is_some() => Event::Wake(at),
                 else => break,
             };
             match event {
@@ -200,7 +208,8 @@ impl Batcher {
                         self.finish(done, joined.map(|(_, outcome)| outcome));
                     }
                 }
-                Event::Freed | Event::Wake => {}
+                Event::Wake(at) => rang = Some(at),
+                Event::Freed => {}
             }
         }
         tracing::debug!(model = %self.model, "batcher stopped");

@@ -105,6 +105,7 @@ impl ModelConfig {
             },
             traffic: self.traffic,
             metrics: self.metrics,
+            logging: self.logging,
             model_filename: self.model_filename.or(base.model_filename),
             platform: self.platform.or(base.platform),
             max_batch_size: self.max_batch_size.or(base.max_batch_size),

@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 use super::model_config::{ModelConfig, VersionPolicy};
 use super::scan::VersionFolder;
+use crate::payload_log::LoggingTable;
 
 /// A model the TF Serving reload-config API asked to serve.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +20,8 @@ pub struct ServedModel {
     /// Overrides the model's config.toml when given.
     pub policy: Option<VersionPolicy>,
     pub labels: Option<BTreeMap<String, u64>>,
+    /// models.config's `logging_config`: overrides the model's `[logging]` when given.
+    pub logging: Option<LoggingTable>,
 }
 
 /// What the reconciler remembers between runs; guarded by the reconcile lock.

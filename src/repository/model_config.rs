@@ -51,7 +51,8 @@
 //! output_map = { features = "FEATURES" }  # the step model's output = the tensor it makes
 //! ```
 //! `[traffic]` (a split between versions, shadow copies) and `[metrics]` (score histograms)
-//! are described in `rollout`.
+//! are described in `rollout`; `[logging]` (answered requests written to files) in
+//! `payload_log::config`.
 //!
 //! Top-level keys: `model_filename = "ranker.onnx"` (the file looked for in each version
 //! folder, instead of `model.onnx`, `model.pt` or `saved_model.pb`), `platform` and
@@ -65,10 +66,12 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use super::budget::parse_size;
 use super::declared::{self, DeclaredTensor, RuntimeConfig};
 use super::rollout::{MetricsConfig, Rollout, TrafficConfig};
 use crate::backend::Signature;
 use crate::batcher::BatchSettings;
+use crate::payload_log::{LoggingTable, PayloadLogConfig};
 use crate::pipeline::{EnsembleConfig, ENSEMBLE_PLATFORM};
 
 /// The name of the optional per-model settings file.
@@ -101,6 +104,8 @@ pub struct ModelConfig {
     /// `[metrics]`: per-model metrics beyond the defaults.
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// `[logging]`: answered requests written to files (see `payload_log`).
+    pub logging: Option<LoggingTable>,
     /// `[[input]]` tables: the declared signature's inputs, in the order the model takes them.
     #[serde(default)]
     pub input: Vec<DeclaredTensor>,
@@ -290,6 +295,7 @@ impl ModelConfig {
             ));
         }
         self.rollout()?;
+        self.payload_log()?;
         if let Some(name) = &self.model_filename {
             if name.is_empty() || name.contains('/') || name == "." || name == ".." {
                 return Err(format!(
@@ -305,6 +311,14 @@ impl ModelConfig {
             }
         }
         Ok(())
+    }
+
+    /// `[logging]` checked; `None` when the model logs nothing.
+    pub fn payload_log(&self) -> Result<Option<PayloadLogConfig>, String> {
+        self.logging
+            .as_ref()
+            .map(|table| PayloadLogConfig::from_table(table, parse_size))
+            .transpose()
     }
 
     /// `[traffic]` and `[metrics]` checked against the labels; `None` when they ask nothing.

@@ -17,6 +17,7 @@ use super::model_config::{ModelConfig, ReloadMode, VersionPolicy};
 use super::rollout::Rollout;
 use super::scan::{scan_model, ScanError, VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION};
 use super::snapshot::{ModelRecord, Residence, VersionState};
+use crate::payload_log::PayloadWriter;
 
 /// The version folders of a model folder of this server's own layout.
 fn versions_of(path: &Path) -> Result<Vec<VersionFolder>, ScanError> {
@@ -55,6 +56,27 @@ struct Source {
     config: Result<ModelConfig, String>,
     policy_override: Option<VersionPolicy>,
     labels_override: Option<BTreeMap<String, u64>>,
+}
+
+/// `config` with models.config's `logging_config` in place of its `[logging]`, checked.
+fn with_served_logging(
+    config: Result<ModelConfig, String>,
+    served: Option<&ServedModel>,
+) -> Result<ModelConfig, String> {
+    let Some(mut logging) = served.and_then(|m| m.logging.clone()) else {
+        return config;
+    };
+    let mut config = config?;
+    // The format and file size models.config cannot say come from config.toml.
+    if let Some(own) = &config.logging {
+        logging.format = own.format.clone();
+        logging.max_file_bytes = own.max_file_bytes.clone();
+    }
+    config.logging = Some(logging);
+    config
+        .payload_log()
+        .map_err(|err| format!("models.config logging_config: {err}"))?;
+    Ok(config)
 }
 
 impl ModelRepository {
@@ -132,7 +154,7 @@ impl ModelRepository {
                 ),
             };
             sources.push(Source {
-                config,
+                config: with_served_logging(config, served),
                 policy_override: served.and_then(|m| m.policy.clone()),
                 labels_override: served.and_then(|m| m.labels.clone()),
                 name,
@@ -292,6 +314,7 @@ impl ModelRepository {
             .clone()
             .unwrap_or_else(|| config.version_labels.clone());
         let rollout = self.checked_rollout(control, source, &config, &labels, &aspired);
+        let payload_log = self.payload_writer(&source.name, &config);
         self.publish(|snapshot| {
             let record = snapshot
                 .models
@@ -299,6 +322,7 @@ impl ModelRepository {
                 .or_insert_with(|| ModelRecord::new(&source.name));
             record.labels = labels;
             record.rollout = rollout;
+            record.payload_log = payload_log;
         });
 
         let to_load: Vec<(&VersionFolder, Fingerprint)> = source
@@ -401,6 +425,22 @@ impl ModelRepository {
         control
             .failures
             .retain(|(model, v), _| model != &source.name || on_disk.contains(v));
+    }
+
+    /// The model's `[logging]` writer: the one it has while the settings are unchanged, else a
+    /// new one (the old one flushes and closes when the last request holding it ends).
+    fn payload_writer(&self, model: &str, config: &ModelConfig) -> Option<Arc<PayloadWriter>> {
+        let settings = config.payload_log().ok().flatten()?;
+        let snapshot = self.snapshot();
+        let current = snapshot
+            .model(model)
+            .ok()
+            .and_then(|r| r.payload_log.clone());
+        if let Some(writer) = current.filter(|w| *w.config() == settings) {
+            return Some(writer);
+        }
+        let counts = self.loader.metrics.payload_log().counts(model);
+        Some(Arc::new(PayloadWriter::start(model, settings, counts)))
     }
 
     /// The model's `[traffic]` and `[metrics]` under its effective labels. A refused table is

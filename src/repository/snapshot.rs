@@ -12,6 +12,7 @@ use super::error::{too_large_message, RepositoryError};
 use super::rollout::Rollout;
 use crate::backend::{Backend, Signature};
 use crate::batcher::BatcherHandle;
+use crate::payload_log::PayloadWriter;
 use crate::pipeline::Ensemble;
 use crate::stats::ModelStats;
 use crate::version::VersionSelector;
@@ -108,6 +109,8 @@ pub struct ModelRecord {
     pub labels: BTreeMap<String, u64>,
     /// `[traffic]` and `[metrics]`, replaced on every poll without touching the versions.
     pub rollout: Option<Arc<Rollout>>,
+    /// `[logging]`'s writer: kept while the settings stay equal, dropped with the record.
+    pub payload_log: Option<Arc<PayloadWriter>>,
 }
 
 impl ModelRecord {
@@ -117,6 +120,7 @@ impl ModelRecord {
             versions: BTreeMap::new(),
             labels: BTreeMap::new(),
             rollout: None,
+            payload_log: None,
         }
     }
 

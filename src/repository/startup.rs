@@ -136,6 +136,7 @@ impl ModelList {
                     path,
                     policy: None,
                     labels: None,
+                    logging: None,
                 }]))
             }
         }

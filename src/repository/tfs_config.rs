@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 
 use crate::proto::tensorflow::serving::file_system_storage_path_source_config::servable_version_policy::PolicyChoice;
 use crate::proto::tensorflow::serving::{
-    model_server_config, ModelConfig as TfsModelConfig, ModelConfigList, ModelServerConfig,
+    model_server_config, LoggingConfig, ModelConfig as TfsModelConfig, ModelConfigList,
+    ModelServerConfig,
 };
+use crate::payload_log::LoggingTable;
 use crate::textproto;
 
 use super::{check_model_name, ConfineError, RepositoryError, ServedModel, VersionPolicy};
@@ -127,11 +129,27 @@ fn served_model(
     };
     let path = confined_path(&model.name, &model.base_path)?;
     Ok(ServedModel {
+        logging: model.logging_config.map(logging_table),
         name: model.name,
         path,
         policy,
         labels,
     })
+}
+
+/// `logging_config { log_collector_config { filename_prefix } sampling_config { sampling_rate } }`
+/// as a `[logging]` table; the repository checks it with the model's other settings.
+fn logging_table(config: LoggingConfig) -> LoggingTable {
+    let prefix = config
+        .log_collector_config
+        .map(|collector| PathBuf::from(collector.filename_prefix));
+    LoggingTable {
+        path: None,
+        sample: config.sampling_config.map_or(0.0, |s| s.sampling_rate),
+        format: None,
+        max_file_bytes: None,
+        filename_prefix: prefix,
+    }
 }
 
 #[cfg(test)]
@@ -187,6 +205,7 @@ mod tests {
                 path: PathBuf::from("/models/ranker"),
                 policy: Some(VersionPolicy::Specific(vec![1, 2])),
                 labels: Some(BTreeMap::from([("stable".to_owned(), 1)])),
+                logging: None,
             }]
         );
         Ok(())
