@@ -203,7 +203,7 @@ def test_the_json_access_log_names_every_field_and_outcome(tmp_path):
     finally:
         server.stop()
     fields = {"time", "client", "method", "path", "protocol", "model", "version", "status", "outcome",
-              "duration_ms", "request_id", "bytes_in", "bytes_out"}
+              "duration_ms", "request_id", "trace_id", "bytes_in", "bytes_out"}
     assert all(set(line) == fields for line in lines), lines
     infer, wrong_method, grpc_missing = lines[:3]
     assert infer["method"] == "POST" and infer["path"] == "/v2/models/ranker/infer"
@@ -226,8 +226,9 @@ def test_the_text_access_log_is_one_key_value_line_per_request(tmp_path):
         server.stop()
     pairs = dict(word.split("=", 1) for word in line.split(" "))
     assert list(pairs) == ["time", "client", "method", "path", "protocol", "model", "version", "status",
-                           "outcome", "duration_ms", "request_id", "bytes_in", "bytes_out"]
+                           "outcome", "duration_ms", "request_id", "trace_id", "bytes_in", "bytes_out"]
     assert pairs["model"] == "ranker" and pairs["status"] == "200" and pairs["request_id"] == "ops-trace-1"
+    assert pairs["trace_id"] == "-"  # not traced: no --trace-config
 
 
 def test_no_access_log_by_default(tmp_path):
