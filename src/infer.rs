@@ -308,10 +308,14 @@ impl InferService {
             Some(ensemble) => self.run_ensemble(model, &ensemble, request).await,
             None => self.run_on(model, request).await,
         }?;
-        self.traffic
-            .after_run(rollout.as_deref(), &result.model, &result.outputs, shadow);
         let model = &result.model;
-        payload::offer(payload, &model.name, model.version, &result.outputs);
+        let shadow_log = payload::offer(payload, &model.name, model.version, &result.outputs);
+        self.traffic.after_run(
+            rollout.as_deref(),
+            &result.model,
+            &result.outputs,
+            shadow.map(|shadow| shadow.logged_by(shadow_log)),
+        );
         Ok(result)
     }
 

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use crate::backend::{NamedTensor, Signature};
 use crate::batcher::ValidRequest;
-use crate::payload_log::{owned_tensors, PayloadRecord, PayloadWriter};
+use crate::payload_log::{owned_tensors, PayloadRecord, PayloadWriter, ShadowLog};
 
 /// A sampled request's inputs, held until its answer.
 pub struct Capture {
@@ -40,16 +40,26 @@ pub fn capture(
     })
 }
 
-/// Offers the record of an answered request to its model's writer.
-pub fn offer(capture: Option<Capture>, model: &Arc<str>, version: u64, outputs: &[NamedTensor]) {
-    let Some(capture) = capture else {
-        return;
-    };
+/// Offers the record of an answered request to its model's writer; with `[logging] shadow =
+/// true`, also what its shadow copy (if it gets one) needs to log its answer beside it.
+pub fn offer(
+    capture: Option<Capture>,
+    model: &Arc<str>,
+    version: u64,
+    outputs: &[NamedTensor],
+) -> Option<ShadowLog> {
+    let capture = capture?;
+    let id = capture.writer.next_id();
+    let shadow = capture.writer.config().shadow.then(|| ShadowLog {
+        writer: capture.writer.clone(),
+        id,
+        signature: capture.signature.clone(),
+    });
     let record = PayloadRecord {
         model: model.clone(),
         version: i64::try_from(version).unwrap_or(i64::MAX),
         signature: capture.signature,
-        id: capture.writer.next_id(),
+        id,
         timestamp: capture.arrived,
         sample: capture.writer.config().sample,
         origin: "",
@@ -57,4 +67,5 @@ pub fn offer(capture: Option<Capture>, model: &Arc<str>, version: u64, outputs: 
         outputs: owned_tensors(outputs, capture.client_memory),
     };
     capture.writer.offer(record);
+    shadow
 }

@@ -7,6 +7,7 @@
 //! sample = 0.1                          # share of answered requests logged, in [0, 1]
 //! format = "prediction_log"             # TFRecord of tensorflow.serving.PredictionLog, or "jsonl"
 //! max_file_bytes = "256MiB"             # a file is closed and the next begun past this
+//! shadow = true                         # also log [traffic.shadow] copies' answers
 //! ```
 
 use std::path::PathBuf;
@@ -29,6 +30,10 @@ pub struct LoggingTable {
     pub format: Option<String>,
     /// A size in bytes, or with KiB, MiB, GiB (`"256MiB"`); a bare number is bytes.
     pub max_file_bytes: Option<SizeText>,
+    /// Whether a logged request's shadow copy is logged too, beside it (same `id`, origin
+    /// `shadow`); off by default, so that `sample = 1.0` means one record per request.
+    #[serde(default)]
+    pub shadow: bool,
     /// TF Serving's `filename_prefix`: set from models.config, never from config.toml.
     #[serde(skip)]
     pub filename_prefix: Option<PathBuf>,
@@ -83,6 +88,8 @@ pub struct PayloadLogConfig {
     pub sample: f64,
     pub format: LogFormat,
     pub max_file_bytes: u64,
+    /// Shadow copies of logged requests are logged as well.
+    pub shadow: bool,
 }
 
 impl PayloadLogConfig {
@@ -128,6 +135,7 @@ impl PayloadLogConfig {
             sample: table.sample,
             format,
             max_file_bytes,
+            shadow: table.shadow,
         })
     }
 }
@@ -160,10 +168,13 @@ mod tests {
         assert_eq!(config.sample, 0.25);
         assert_eq!(config.format, LogFormat::Jsonl);
         assert_eq!(config.max_file_bytes, 1 << 20);
+        assert!(!config.shadow);
         let defaults = PayloadLogConfig::from_table(&table("path = \"/logs\""), size).unwrap();
         assert_eq!(defaults.sample, 1.0);
         assert_eq!(defaults.format, LogFormat::PredictionLog);
         assert_eq!(defaults.max_file_bytes, DEFAULT_MAX_FILE_BYTES);
+        let shadow = PayloadLogConfig::from_table(&table("path = \"/l\"\nshadow = true"), size);
+        assert!(shadow.unwrap().shadow);
     }
 
     #[test]

@@ -340,6 +340,7 @@ mod tests {
             sample: 1.0,
             format,
             max_file_bytes: max,
+            shadow: false,
         }
     }
 

@@ -148,6 +148,7 @@ fn logging_table(config: LoggingConfig) -> LoggingTable {
         sample: config.sampling_config.map_or(0.0, |s| s.sampling_rate),
         format: None,
         max_file_bytes: None,
+        shadow: false,
         filename_prefix: prefix,
     }
 }

@@ -9,7 +9,8 @@
 //! copies one at a time, each only after [`AnswerSent`] says the primary's answer (status,
 //! headers and its encoded body) has left the stack. A copy never writes to the client's
 //! shared memory, and a request with an input in shared memory is not copied at all: the
-//! client may reuse its region as soon as it has its answer.
+//! client may reuse its region as soon as it has its answer. When the primary was logged
+//! (`[logging] shadow = true`), the copy's answer is logged beside it.
 
 use std::sync::{Arc, OnceLock};
 
@@ -19,6 +20,7 @@ use super::values::max_abs_difference;
 use crate::backend::NamedTensor;
 use crate::batcher::ValidRequest;
 use crate::metrics::{Metrics, ShadowDropReason};
+use crate::payload_log::ShadowLog;
 use crate::repository::{LoadedModel, ModelRepository};
 use crate::request::AnswerSent;
 use crate::version::VersionSelector;
@@ -41,6 +43,7 @@ pub struct ShadowJob {
     outputs: Vec<String>,
     primary: Vec<NamedTensor>,
     answer: AnswerSent,
+    log: Option<ShadowLog>,
 }
 
 /// The inputs of a sampled request, kept (by reference: tensors share their bytes) while the
@@ -50,6 +53,7 @@ pub struct ShadowInputs {
     signature: String,
     inputs: Vec<NamedTensor>,
     outputs: Vec<String>,
+    log: Option<ShadowLog>,
 }
 
 impl ShadowInputs {
@@ -65,7 +69,14 @@ impl ShadowInputs {
             signature,
             inputs: request.inputs().to_vec(),
             outputs: request.outputs().to_vec(),
+            log: None,
         }
+    }
+
+    /// Logs the copy's answer through `log` (the primary's record was written).
+    pub fn logged_by(mut self, log: Option<ShadowLog>) -> Self {
+        self.log = log;
+        self
     }
 
     /// The job, with the primary's answer to compare against.
@@ -78,6 +89,7 @@ impl ShadowInputs {
             outputs: self.outputs,
             primary: primary.to_vec(),
             answer: self.copy.answer,
+            log: self.log,
         }
     }
 }
@@ -178,6 +190,8 @@ async fn run_copy(repository: &ModelRepository, metrics: &Metrics, job: ShadowJo
     if target.batcher.queue_depth() > 0 {
         return traffic.record_shadow_dropped(&job.model, ShadowDropReason::Busy);
     }
+    // The inputs are shared by reference count: keeping them for the log copies no bytes.
+    let logged_inputs = job.log.as_ref().map(|_| job.inputs.clone());
     let request = target
         .signature(&job.signature)
         .ok()
@@ -213,5 +227,8 @@ async fn run_copy(repository: &ModelRepository, metrics: &Metrics, job: ShadowJo
     }
     if !compared {
         traffic.record_shadow_failed(&job.model);
+    }
+    if let (Some(log), Some(inputs)) = (job.log, logged_inputs) {
+        log.write(&job.model, target.version, inputs, outputs);
     }
 }

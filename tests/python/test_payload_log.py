@@ -272,6 +272,123 @@ def test_sample_zero_logs_nothing(tmp_path):
         server.stop()
 
 
+def test_sample_half_logs_about_half(tmp_path):
+    logs = tmp_path / "logs"
+    models = ranker_models(tmp_path, f'[logging]\npath = "{logs}"\nsample = 0.5\nformat = "jsonl"\n')
+    server = start_server(models, tmp_path / "server.log")
+    try:
+        client = triton_grpc.InferenceServerClient(server.grpc_target)
+        x = features(1)
+        tensor = triton_grpc.InferInput("features", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        for _ in range(400):
+            client.infer("ranker", [tensor])
+        client.close()
+        # Binomial(400, 0.5): 200 +- 10, so 100 to 300 is ten deviations either side.
+        def counted():
+            written = metric(server, "tensorport_payload_log_records_total", model="ranker", outcome="written")
+            lines = sum(len(f.read_text().splitlines()) for f in log_files(logs, ".jsonl"))
+            return (written, lines) if written > 0 and lines == written else None
+        written, lines = wait_for(counted, server.log_path)
+        assert 100 <= lines <= 300, lines
+        assert metric(server, "tensorport_payload_log_records_total", model="ranker", outcome="queue_full") == 0
+    finally:
+        server.stop()
+
+
+SHADOW_LOGGED = """
+[version_policy]
+all = true
+
+[traffic]
+split = {{ "1" = 100 }}
+
+[traffic.shadow]
+target = "2"
+percent = 100
+
+[logging]
+path = "{logs}"
+format = "{format}"
+shadow = true
+"""
+
+
+def shadow_models(tmp_path: Path, log_format: str) -> tuple[Path, Path]:
+    logs = tmp_path / "logs"
+    models = tmp_path / "models"
+    folder = models / "ranker"
+    folder.mkdir(parents=True)
+    for version in (1, 2):
+        shutil.copytree(EXAMPLE_MODELS / "ranker" / str(version), folder / str(version))
+    (folder / "config.toml").write_text(SHADOW_LOGGED.format(logs=logs, format=log_format))
+    return models, logs
+
+
+def shadow_settled(server, n: int) -> bool:
+    sent = metric(server, "tensorport_shadow_copies_sent_total", model="ranker")
+    dropped = sum(metric(server, "tensorport_shadow_copies_dropped_total", model="ranker", reason=r)
+                  for r in ("queue_full", "busy", "near_limit", "shared_memory_input", "target_unavailable"))
+    return sent + dropped == n
+
+
+def test_shadow_answers_are_logged_beside_the_primary(tmp_path):
+    models, logs = shadow_models(tmp_path, "jsonl")
+    server = start_server(models, tmp_path / "server.log")
+    try:
+        sender = Sender(server)
+        sender.send(8)
+        sender.close()
+        wait_for(lambda: shadow_settled(server, 8), server.log_path)
+        sent = int(metric(server, "tensorport_shadow_copies_sent_total", model="ranker"))
+        assert sent >= 1
+
+        def lines():
+            found = [json.loads(l) for f in log_files(logs, ".jsonl") for l in f.read_text().splitlines()]
+            return found if len(found) >= 8 + sent else None
+
+        found = wait_for(lines, server.log_path)
+        primaries = [line for line in found if "origin" not in line]
+        copies = [line for line in found if line.get("origin") == "shadow"]
+        assert len(primaries) == 8 and len(copies) == sent and len(found) == 8 + sent
+        assert {line["model_version"] for line in primaries} == {"1"}
+        assert {line["model_version"] for line in copies} == {"2"}
+        by_id = {line["id"]: line for line in primaries}
+        for copy in copies:
+            # The copy carries its primary's id and the same inputs, with version 2's answer.
+            primary = by_id[copy["id"]]
+            assert copy["inputs"] == primary["inputs"]
+            assert copy["outputs"] != primary["outputs"]
+            x = np.asarray(copy["inputs"][0]["data"], dtype=np.float32).reshape(copy["inputs"][0]["shape"])
+            tensor = triton_http.InferInput("features", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            http = triton_http.InferenceServerClient(server.rest_url.removeprefix("http://"))
+            direct = http.infer("ranker", [tensor], model_version="2")
+            http.close()
+            logged = {o["name"]: np.asarray(o["data"]) for o in copy["outputs"]}
+            for name, value in logged.items():
+                np.testing.assert_allclose(value, direct.as_numpy(name).flatten(), rtol=1e-6)
+    finally:
+        server.stop()
+
+
+def test_shadow_answers_in_prediction_logs_say_their_origin(tmp_path):
+    models, logs = shadow_models(tmp_path, "prediction_log")
+    server = start_server(models, tmp_path / "server.log")
+    try:
+        sender = Sender(server)
+        sender.send(4)
+        sender.close()
+        wait_for(lambda: shadow_settled(server, 4), server.log_path)
+        sent = int(metric(server, "tensorport_shadow_copies_sent_total", model="ranker"))
+        entries = prediction_logs(logs, 4 + sent, server.log_path)
+        origins = sorted((e.log_metadata.request_origin, e.log_metadata.model_spec.version.value)
+                         for e in entries)
+        assert origins == [("", 1)] * 4 + [("shadow", 2)] * sent
+    finally:
+        server.stop()
+
+
 def test_a_directory_replaced_by_a_file_drops_and_counts_and_requests_succeed(tmp_path):
     logs = tmp_path / "logs"
     models = ranker_models(tmp_path, f'[logging]\npath = "{logs}"\n')
