@@ -5,7 +5,10 @@
 //! The copy can never delay, fail or change the primary: it is offered to a bounded queue
 //! with `try_send` after the primary's outputs are ready, and dropped (and counted) instead
 //! of waiting when the queue is full, when the primary's or the target's queue has requests
-//! waiting, or when the server is near its limit on requests in flight. One worker runs the
+//! waiting, when more client requests are in flight than the server has CPUs (each is then
+//! likely holding one, and a copy would take its turn), or when the server is near its limit
+//! on requests in flight. The CPU check is made again just before the copy runs, so that a
+//! burst that arrived while it waited turns it away. One worker runs the
 //! copies one at a time, each only after [`AnswerSent`] says the primary's answer (status,
 //! headers and its encoded body) has left the stack. A copy never writes to the client's
 //! shared memory, and a request with an input in shared memory is not copied at all: the
@@ -102,6 +105,9 @@ pub struct ShadowDispatcher {
     capacity: usize,
     /// `--max-concurrent-requests` (0: none): copies stop at 90% of it.
     concurrency_limit: usize,
+    /// The CPUs the server may use: copies run only while client requests in flight are no
+    /// more than this.
+    cpus: usize,
 }
 
 impl ShadowDispatcher {
@@ -112,7 +118,13 @@ impl ShadowDispatcher {
             queue: OnceLock::new(),
             capacity: SHADOW_QUEUE,
             concurrency_limit: 0,
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
         }
+    }
+
+    pub fn with_cpus(mut self, cpus: usize) -> Self {
+        self.cpus = cpus.max(1);
+        self
     }
 
     pub fn with_concurrency_limit(mut self, limit: usize) -> Self {
@@ -135,7 +147,7 @@ impl ShadowDispatcher {
         if self.near_limit() {
             return self.dropped(&job.model, ShadowDropReason::NearLimit);
         }
-        if primary.batcher.queue_depth() > 0 {
+        if primary.batcher.queue_depth() > 0 || cpus_taken(&self.metrics, self.cpus) {
             return self.dropped(&job.model, ShadowDropReason::Busy);
         }
         let queue = self.queue.get_or_init(|| self.start());
@@ -163,9 +175,16 @@ impl ShadowDispatcher {
             receiver,
             self.repository.clone(),
             self.metrics.clone(),
+            self.cpus,
         ));
         sender
     }
+}
+
+/// Whether client requests in flight outnumber `cpus`. The count may still hold the copy's
+/// own primary while its answer leaves, hence "outnumber" rather than "equal".
+fn cpus_taken(metrics: &Metrics, cpus: usize) -> bool {
+    usize::try_from(metrics.in_flight().get()).unwrap_or(0) > cpus
 }
 
 /// The worker: one copy at a time, each after its primary's answer. Ends when the dispatcher
@@ -174,10 +193,17 @@ async fn work(
     mut jobs: mpsc::Receiver<ShadowJob>,
     repository: Arc<ModelRepository>,
     metrics: Arc<Metrics>,
+    cpus: usize,
 ) {
     while let Some(mut job) = jobs.recv().await {
         let answer = std::mem::replace(&mut job.answer, AnswerSent::now());
         answer.wait().await;
+        if cpus_taken(&metrics, cpus) {
+            metrics
+                .traffic()
+                .record_shadow_dropped(&job.model, ShadowDropReason::Busy);
+            continue;
+        }
         run_copy(&repository, &metrics, job).await;
     }
 }
