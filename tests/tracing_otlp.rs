@@ -239,6 +239,72 @@ async fn every_protocol_continues_the_callers_trace_over_otlp_http() -> TestResu
 }
 
 #[tokio::test]
+async fn each_message_of_a_stream_is_a_trace_under_the_streams_traceparent() -> TestResult {
+    let (url, received) = http_receiver().await;
+    let settings = every_request(&url);
+    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
+    let server = TestServer::start_with(
+        "examples/models",
+        BatchSettings::default(),
+        traced(&settings),
+    )
+    .await;
+    let (header, trace, parent) = traceparent(0x55, 0xa5);
+    let mut client = GrpcInferenceServiceClient::connect(server.grpc_url.clone()).await?;
+    let messages = futures::stream::iter([kserve_grpc(), kserve_grpc()]);
+    let mut answers = client
+        .model_stream_infer(with_traceparent(messages, &header))
+        .await?
+        .into_inner();
+    for _ in 0..2 {
+        let answer = answers.message().await?.expect("an answer");
+        assert_eq!(answer.error_message, "");
+    }
+    let two_roots = |spans: &[Span]| {
+        let roots: Vec<&Span> = spans
+            .iter()
+            .filter(|s| s.parent_span_id == parent)
+            .collect();
+        roots.len() == 2
+            && roots
+                .iter()
+                .all(|root| spans.iter().any(|s| s.parent_span_id == root.span_id))
+    };
+    let spans = received.wait_for(&trace, two_roots).await;
+    let roots: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == parent)
+        .collect();
+    assert_ne!(roots[0].span_id, roots[1].span_id);
+    for root in roots {
+        let own: Vec<Span> = spans
+            .iter()
+            .filter(|s| s.span_id == root.span_id || descends_from(&spans, s, &root.span_id))
+            .cloned()
+            .collect();
+        check_trace("kserve-grpc", &own, &parent);
+    }
+    server.stop().await;
+    Ok(())
+}
+
+/// Whether `span` hangs below the span `ancestor` among `spans`.
+fn descends_from(spans: &[Span], span: &Span, ancestor: &[u8]) -> bool {
+    let ids = by_id(spans);
+    let mut at = span;
+    for _ in 0..spans.len() {
+        if at.parent_span_id == ancestor {
+            return true;
+        }
+        match ids.get(&at.parent_span_id) {
+            Some(parent) => at = parent,
+            None => return false,
+        }
+    }
+    false
+}
+
+#[tokio::test]
 async fn spans_reach_an_otlp_grpc_collector_too() -> TestResult {
     let (url, received) = grpc_receiver().await;
     let settings = every_request(&url);

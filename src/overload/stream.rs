@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 
 use futures::future::Map;
 use futures::FutureExt;
-use http::{HeaderMap, HeaderName, Request, Response};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response};
 use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::transport::server::TcpConnectInfo;
@@ -38,6 +38,8 @@ use super::protection::Protected;
 use crate::request::{
     client_timeout, DecodedFootprint, Protocol, RequestContext, REQUEST_ID_HEADER,
 };
+use crate::trace::context::{TRACEPARENT, TRACESTATE};
+use crate::trace::TraceStart;
 
 /// What admits the messages of every stream one server serves; see the module documentation.
 #[derive(Clone)]
@@ -66,11 +68,14 @@ impl Streams {
     pub fn open<T>(&self, request: &tonic::Request<T>, path: &'static str) -> StreamGate {
         let sent = request.metadata().as_ref();
         // Only what the layers read from a request's headers travels with each message: its
-        // id (a client's id names every message of its stream) and its API key.
+        // id (a client's id names every message of its stream), its API key and its trace
+        // context (each message's trace continues the stream's caller).
         let mut headers = HeaderMap::new();
         let names = [
             Some(HeaderName::from_static(REQUEST_ID_HEADER)),
             self.key_header.clone(),
+            Some(HeaderName::from_static(TRACEPARENT)),
+            Some(HeaderName::from_static(TRACESTATE)),
         ];
         for name in names.into_iter().flatten() {
             if let Some(value) = sent.get(&name) {
@@ -88,6 +93,9 @@ impl Streams {
             observer: self.observer.clone(),
             protected: self.protected.clone(),
             headers,
+            // The stream's values of the headers a split is sticky on: every message of one
+            // user's stream goes to that user's version.
+            sticky: self.observer.sticky.capture(sent),
             peer: request.extensions().get::<TcpConnectInfo>().cloned(),
             path,
             stream_deadline,
@@ -101,6 +109,7 @@ pub struct StreamGate {
     protected: Protected<Run, Body>,
     /// The stream's headers the layers read (see [`Streams::open`]).
     headers: HeaderMap,
+    sticky: Vec<(HeaderName, HeaderValue)>,
     /// The peer, which the rate limit counts against when no API key says otherwise.
     peer: Option<TcpConnectInfo>,
     path: &'static str,
@@ -138,9 +147,14 @@ impl StreamGate {
         let protocol = Protocol::of_grpc_path(self.path);
         let span = request_span(&id, protocol, self.path);
         // The message's decoded tensors are charged to the budget through its own context.
+        // Each message is its own trace, continuing the `traceparent` the stream opened with.
         let context = RequestContext::new(id, protocol, deadline)
             .with_memory(self.observer.memory.clone())
-            .with_sticky(self.observer.sticky.capture(&self.headers));
+            .with_sticky(self.sticky.clone())
+            .with_trace(TraceStart::begin(
+                self.observer.tracer.as_ref(),
+                &self.headers,
+            ));
         let context = Arc::new(context);
 
         let mut request = Request::new(work(context.clone()));

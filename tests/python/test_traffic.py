@@ -9,6 +9,7 @@ ranker's two versions (different weights), polled every second.
 from __future__ import annotations
 
 import contextlib
+import queue
 import re
 import shutil
 import threading
@@ -159,6 +160,43 @@ def test_a_sticky_key_always_gets_the_same_version(tmp_path):
         # An explicit version wins over the sticky key.
         on_one = next(key for key, version in chosen.items() if version == "1")
         assert http_infer(server, "2", headers={"x-user-id": on_one}).json()["model_version"] == "2"
+
+
+def stream_versions(server: Running, key: str, n: int) -> list[str]:
+    """The versions that served `n` messages of one ModelStreamInfer stream opened with the
+    sticky header `key`."""
+    answers: queue.Queue = queue.Queue()
+    client = triton_grpc.InferenceServerClient(server.grpc)
+    try:
+        client.start_stream(callback=lambda result, error: answers.put((result, error)),
+                            headers={"x-user-id": key})
+        for _ in range(n):
+            client.async_stream_infer("ranker", triton_inputs())
+        versions = []
+        for _ in range(n):
+            result, error = answers.get(timeout=TIMEOUT)
+            assert error is None, error
+            versions.append(result.get_response().model_version)
+        client.stop_stream()
+        return versions
+    finally:
+        client.close()
+
+
+def test_a_streams_sticky_key_holds_for_each_message(tmp_path):
+    models = tmp_path / "models"
+    ranker_folder(models, SPLIT_90_10)
+    with serving(models) as server:
+        client = triton_grpc.InferenceServerClient(server.grpc)
+        try:
+            chosen = {f"user-{u}": grpc_version(client, headers={"x-user-id": f"user-{u}"})
+                      for u in range(60)}
+        finally:
+            client.close()
+        # Both versions are some user's, so a stream that ignored the key would show it.
+        assert set(chosen.values()) == {"1", "2"}
+        for key, version in chosen.items():
+            assert set(stream_versions(server, key, 4)) == {version}, key
 
 
 def test_an_explicit_version_or_label_bypasses_the_split(tmp_path):
