@@ -4,13 +4,15 @@
 //! as TensorFlow reads them; `shadow` logs a shadow copy's answer beside its request's.
 
 mod config;
+mod queue;
 mod record;
 mod shadow;
 mod tfrecord;
 mod writer;
 
 pub use config::{Destination, LogFormat, LoggingTable, PayloadLogConfig, SizeText};
+pub use queue::{QUEUE_BYTES, QUEUE_RECORDS};
 pub use record::{owned_tensors, PayloadRecord, SHADOW_ORIGIN};
 pub use shadow::ShadowLog;
 pub use tfrecord::{frame_into, framed_len, masked_crc};
-pub use writer::{PayloadWriter, QUEUE_BYTES, QUEUE_RECORDS};
+pub use writer::PayloadWriter;

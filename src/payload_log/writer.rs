@@ -1,13 +1,13 @@
 //! A model's payload-log writer: requests offer records with [`PayloadWriter::offer`], which
 //! never waits (a full queue drops and counts the record), and a thread of the writer's own
-//! encodes them and appends them to rotating files, flushing about once a second. Dropping
-//! the writer flushes and closes its file.
+//! takes the queued records every few milliseconds, encodes them and appends them to rotating
+//! files, flushing about once a second. Dropping the writer writes what is queued, then
+//! flushes and closes its file.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -15,13 +15,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::metrics::PayloadLogCounts;
 
 use super::config::{Destination, LogFormat, PayloadLogConfig};
+use super::queue::RecordQueue;
 use super::record::PayloadRecord;
 use super::tfrecord::frame_into;
 
-/// Records waiting for the thread, at most.
-pub const QUEUE_RECORDS: usize = 4096;
-/// Bytes of tensors waiting for the thread, at most.
-pub const QUEUE_BYTES: usize = 64 << 20;
+/// How often the thread takes what is queued.
+const DRAIN_EVERY: Duration = Duration::from_millis(10);
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -29,7 +28,7 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 struct Shared {
     model: Arc<str>,
     counts: PayloadLogCounts,
-    queued_bytes: AtomicUsize,
+    queue: RecordQueue,
     /// When a drop was last warned about, in ms since the writer started (0: never).
     last_warning_ms: AtomicU64,
     started: Instant,
@@ -56,7 +55,6 @@ impl Shared {
 pub struct PayloadWriter {
     config: PayloadLogConfig,
     shared: Arc<Shared>,
-    sender: Option<SyncSender<(PayloadRecord, usize)>>,
     thread: Option<JoinHandle<()>>,
     /// The sampling draws: a counter run through SplitMix64's finaliser.
     draws: AtomicU64,
@@ -69,29 +67,25 @@ impl PayloadWriter {
         let shared = Arc::new(Shared {
             model: model.into(),
             counts,
-            queued_bytes: AtomicUsize::new(0),
+            queue: RecordQueue::default(),
             last_warning_ms: AtomicU64::new(0),
             started: Instant::now(),
         });
-        let (sender, receiver) = sync_channel(QUEUE_RECORDS);
         let mut files = Files::new(&config, shared.clone());
         let thread = std::thread::Builder::new()
             .name(format!("payload-log-{model}"))
-            .spawn(move || loop {
-                match receiver.recv_timeout(FLUSH_EVERY) {
-                    Ok((record, bytes)) => {
+            .spawn(move || {
+                let mut batch = Vec::new();
+                loop {
+                    let closed = files.shared.queue.take(&mut batch);
+                    for (record, _) in batch.drain(..) {
                         files.write(&record);
-                        files
-                            .shared
-                            .queued_bytes
-                            .fetch_sub(bytes, Ordering::Relaxed);
-                        files.flush_if_due();
                     }
-                    Err(RecvTimeoutError::Timeout) => files.flush_if_due(),
-                    Err(RecvTimeoutError::Disconnected) => {
-                        files.close();
-                        return;
+                    if closed {
+                        return files.close();
                     }
+                    files.flush_if_due();
+                    std::thread::park_timeout(DRAIN_EVERY);
                 }
             });
         let thread = match thread {
@@ -104,7 +98,6 @@ impl PayloadWriter {
         Self {
             config,
             shared,
-            sender: thread.as_ref().map(|_| sender),
             thread,
             draws: AtomicU64::new(
                 SystemTime::now()
@@ -143,27 +136,23 @@ impl PayloadWriter {
     /// records or bytes): never waits.
     pub fn offer(&self, record: PayloadRecord) {
         let bytes = tensor_bytes(&record);
-        let queued = self.shared.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
-        let over = queued.saturating_add(bytes) > QUEUE_BYTES && queued > 0;
-        let sent = match &self.sender {
-            Some(sender) if !over => match sender.try_send((record, bytes)) {
+        let refused = match &self.thread {
+            Some(_) => match self.shared.queue.push(record, bytes) {
                 Ok(()) => return,
-                Err(TrySendError::Full(_)) => "the queue is full",
-                Err(TrySendError::Disconnected(_)) => "the writer stopped",
+                Err(why) => why,
             },
-            Some(_) => "the queue holds too many bytes",
             None => "the writer did not start",
         };
-        self.shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
         self.shared.counts.queue_full.inc();
-        self.shared.warn_dropped(&sent);
+        self.shared.warn_dropped(&refused);
     }
 }
 
 impl Drop for PayloadWriter {
     fn drop(&mut self) {
-        self.sender = None;
+        self.shared.queue.close();
         if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
             let _ = thread.join();
         }
     }

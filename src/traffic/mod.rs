@@ -6,6 +6,7 @@
 //! `crate::infer` calls in at three points: [`Traffic::route`] when it resolves a version,
 //! [`Traffic::sample`] before a run, and [`Traffic::after_run`] once the outputs are ready.
 
+mod headroom;
 mod scores;
 mod shadow;
 mod split;

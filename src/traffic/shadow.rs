@@ -5,10 +5,11 @@
 //! The copy can never delay, fail or change the primary: it is offered to a bounded queue
 //! with `try_send` after the primary's outputs are ready, and dropped (and counted) instead
 //! of waiting when the queue is full, when the primary's or the target's queue has requests
-//! waiting, when more client requests are in flight than the server has CPUs (each is then
-//! likely holding one, and a copy would take its turn), or when the server is near its limit
-//! on requests in flight. The CPU check is made again just before the copy runs, so that a
-//! burst that arrived while it waited turns it away. One worker runs the
+//! waiting, when the server has no CPU to spare (more client requests in flight than it has
+//! CPUs, or the process used more than three quarters of its CPUs over the last 50 ms: see
+//! `headroom`), or when the server is near its limit on requests in flight. The CPU checks
+//! are made again just before the copy runs, so that load that arrived while it waited turns
+//! it away. One worker runs the
 //! copies one at a time, each only after [`AnswerSent`] says the primary's answer (status,
 //! headers and its encoded body) has left the stack. A copy never writes to the client's
 //! shared memory, and a request with an input in shared memory is not copied at all: the
@@ -19,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::mpsc;
 
+use super::headroom::Headroom;
 use super::values::max_abs_difference;
 use crate::backend::NamedTensor;
 use crate::batcher::ValidRequest;
@@ -195,10 +197,11 @@ async fn work(
     metrics: Arc<Metrics>,
     cpus: usize,
 ) {
+    let mut headroom = Headroom::new(cpus);
     while let Some(mut job) = jobs.recv().await {
         let answer = std::mem::replace(&mut job.answer, AnswerSent::now());
         answer.wait().await;
-        if cpus_taken(&metrics, cpus) {
+        if cpus_taken(&metrics, cpus) || headroom.busy() {
             metrics
                 .traffic()
                 .record_shadow_dropped(&job.model, ShadowDropReason::Busy);
