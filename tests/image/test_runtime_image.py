@@ -7,7 +7,7 @@ this module is skipped.
 
 The tests run in file order against one container: who it runs as, liveness before the models
 and readiness after them, an inference over HTTP and one over gRPC, the image's HEALTHCHECK, the
-shared-memory client, and last the SIGTERM drain that stops it."""
+shared-memory client, and the SIGTERM drain that stops it; then the README's `docker run`."""
 
 from __future__ import annotations
 
@@ -137,6 +137,7 @@ def server(folders):
            "--security-opt=no-new-privileges", "--ipc=shareable", "--shm-size=256m",
            "--publish=127.0.0.1::8500", "--publish=127.0.0.1::8501",
            f"--volume={models}:/models:ro", *environment, IMAGE, *container["args"],
+           # Every request through its model's queue (a fast model's could skip an idle one).
            "--inline-run-max-us=0")
     try:
         if inspect(name, "{{.State.Running}}") != "true":
@@ -274,3 +275,25 @@ def test_sigterm_drains_a_request_in_flight_and_exits_0_within_the_grace_period(
     exit_code = inspect(server.name, "{{.State.ExitCode}}")
     assert exit_code == "0", f"exit code {exit_code} (137: killed after {grace_s} s)\n{server.logs()}"
     assert "drained" in server.logs(), server.logs()
+
+
+def test_the_readmes_docker_run_serves_the_example_models():
+    """The README's `docker run`: no arguments (the image's defaults), examples/models mounted."""
+    name = f"tensorport-image-check-readme-{os.getpid()}"
+    docker("run", "--detach", f"--name={name}", "--publish=127.0.0.1::8500", "--publish=127.0.0.1::8501",
+           f"--volume={REPO / 'examples' / 'models'}:/models:ro", IMAGE)
+    try:
+        if inspect(name, "{{.State.Running}}") != "true":
+            pytest.fail(f"the container stopped at once:\n{docker('logs', name, check=False).stderr}")
+        server = Server(name)
+        server.wait_for("/readyz answering 200", lambda: server.answering("/readyz", 200))
+        predict = requests.post(f"{server.rest}/v1/models/ranker:predict",
+                                json={"instances": FEATURES.tolist()}, timeout=60)
+        assert predict.status_code == 200, predict.text
+        np.testing.assert_allclose(np.array(predict.json()["predictions"], dtype=np.float32), reference(FEATURES),
+                                   rtol=1e-5, atol=1e-6)
+        docker("stop", name, timeout=TIMEOUT_S)
+        exit_code = inspect(name, "{{.State.ExitCode}}")
+        assert exit_code == "0", f"exit code {exit_code}\n{server.logs()}"
+    finally:
+        docker("rm", "--force", name, check=False)
