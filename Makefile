@@ -119,7 +119,8 @@ deploy-check: venv tools $(KSERVE_WHEEL)
 ## base made with debootstrap (no registry), with the ONNX server built here (BIN=... to pass
 ## one), run as deploy/k8s runs it; checks its user, probes, an inference over HTTP and gRPC, a
 ## shared-memory client in a second container, and the SIGTERM drain. Needs root or sudo
-## (apt-get installs docker.io and debootstrap when missing; dockerd is started when none runs)
+## (apt-get installs docker.io and debootstrap when missing; dockerd is started when none runs).
+## Its build leaves an ONNX-only target/debug/tensorport; `make test` builds its own again
 image-check: venv
 	PY=$(PY) scripts/image_check.sh
 
