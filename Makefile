@@ -43,7 +43,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: serve serve-all runtime test venv build release lint fmt models torch-fixtures tf-fixtures \
 	perf-analyzer bench bench-quick bench-all bench-build bench-overload bench-pipeline triton-onnx mlserver clean tools \
-	deploy-check libtorch libtensorflow test-under-load
+	deploy-check image-check libtorch libtensorflow test-under-load
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
 ## (`cargo run` finds the binary wherever CARGO_TARGET_DIR or build.target-dir put it)
@@ -114,6 +114,15 @@ deploy-check: venv tools $(KSERVE_WHEEL)
 	promtool check config deploy/prometheus/prometheus.yml
 	$(PY) scripts/check_docker_context.py deploy/Dockerfile
 	$(VENV)/bin/hadolint deploy/Dockerfile
+
+## image-check: the runtime image built and run: deploy/Dockerfile's runtime stage on a Debian
+## base made with debootstrap (no registry), with the ONNX server built here (BIN=... to pass
+## one), run as deploy/k8s runs it; checks its user, probes, an inference over HTTP and gRPC, a
+## shared-memory client in a second container, and the SIGTERM drain. Needs root or sudo
+## (apt-get installs docker.io and debootstrap when missing; dockerd is started when none runs).
+## Its build leaves an ONNX-only target/debug/tensorport; `make test` builds its own again
+image-check: venv
+	PY=$(PY) scripts/image_check.sh
 
 $(KSERVE_WHEEL): | venv
 	$(PY) -m pip download --quiet --no-deps --dest $(KSERVE_WHEEL_DIR) kserve==$(KSERVE_VERSION)

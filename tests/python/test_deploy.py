@@ -78,6 +78,21 @@ def test_arguments_and_environment_are_real_flags():
         assert name in env_vars, name
 
 
+def test_the_runtime_stage_builds_alone_and_the_images_add_their_files_to_it():
+    """`make image-check` builds `--target runtime` on a base image of its own with the legacy
+    builder, which builds every stage before its target: the runtime stage must come first and
+    take nothing from other stages or the build context. The check then adds the host's files
+    where the onnx stage's COPY lines put theirs."""
+    stages = re.split(r"^(?=FROM )", (DEPLOY / "Dockerfile").read_text(), flags=re.MULTILINE)[1:]
+    assert stages[0].startswith("FROM ${RUNTIME_IMAGE} AS runtime\n"), stages[0]
+    assert not re.search(r"^(COPY|ADD) ", stages[0], re.MULTILINE), stages[0]
+    assert stages[-1].startswith("FROM runtime AS onnx\n"), "the default image is the last stage"
+    for target in ("onnx", "all-backends"):
+        [stage] = [s for s in stages if s.startswith(f"FROM runtime AS {target}\n")]
+        assert re.search(r"^COPY --from=ort /libonnxruntime\.so \$\{ORT_DYLIB_PATH\}$", stage, re.MULTILINE), stage
+        assert re.search(r"^COPY --from=\S+ \S+/tensorport /usr/local/bin/tensorport$", stage, re.MULTILINE), stage
+
+
 def test_termination_leaves_time_to_drain():
     pod = _deployment()["spec"]["template"]["spec"]
     pre_stop = int(pod["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][1])
