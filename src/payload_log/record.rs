@@ -16,6 +16,7 @@ use crate::proto::tensorflow::serving::{
 use crate::tensor::{tensor_proto, BoolByte, DataType, Element, Tensor, TensorData};
 
 use super::config::LogFormat;
+use super::tfrecord::{begin_frame, end_frame};
 
 /// `request_origin` of a shadow copy's record, so that readers can tell it from client traffic.
 pub const SHADOW_ORIGIN: &str = "shadow";
@@ -47,6 +48,26 @@ impl PayloadRecord {
                 let mut line = self.json_line().to_string().into_bytes();
                 line.push(b'\n');
                 line
+            }
+        }
+    }
+
+    /// Appends the record as its file holds it to `out`: a framed TFRecord of the
+    /// `PredictionLog`, or one JSON line. Encoding in place saves the copy (and the
+    /// allocation) that framing a separately encoded message would take.
+    pub fn write_into(&self, format: LogFormat, out: &mut Vec<u8>) {
+        match format {
+            LogFormat::PredictionLog => {
+                let log = self.prediction_log();
+                let start = begin_frame(log.encoded_len(), out);
+                // A Vec grows as needed: encoding into one cannot run out of room.
+                let _ = log.encode(out);
+                end_frame(start, out);
+            }
+            LogFormat::Jsonl => {
+                // Writing JSON into memory fails only for maps with non-string keys: none here.
+                let _ = serde_json::to_writer(&mut *out, &self.json_line());
+                out.push(b'\n');
             }
         }
     }
@@ -217,6 +238,19 @@ mod tests {
                 Tensor::from_vec(vec![2], vec![4i64, 5]).unwrap(),
             )],
         }
+    }
+
+    #[test]
+    fn written_in_place_equals_encoded_then_framed() {
+        let record = record();
+        let mut framed = b"before".to_vec();
+        super::super::tfrecord::frame_into(&record.encode(LogFormat::PredictionLog), &mut framed);
+        let mut in_place = b"before".to_vec();
+        record.write_into(LogFormat::PredictionLog, &mut in_place);
+        assert_eq!(in_place, framed);
+        let mut line = Vec::new();
+        record.write_into(LogFormat::Jsonl, &mut line);
+        assert_eq!(line, record.encode(LogFormat::Jsonl));
     }
 
     #[test]

@@ -36,6 +36,22 @@ pub fn frame_into(data: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&masked_crc(data).to_le_bytes());
 }
 
+/// Starts a record of `len` data bytes in `out`: its length and the length's checksum. The
+/// data follows; [`end_frame`], given the returned offset, closes it.
+pub fn begin_frame(len: usize, out: &mut Vec<u8>) -> usize {
+    let length = (len as u64).to_le_bytes();
+    out.reserve(framed_len(len));
+    out.extend_from_slice(&length);
+    out.extend_from_slice(&masked_crc(&length).to_le_bytes());
+    out.len()
+}
+
+/// Appends the checksum of the data written since `start`.
+pub fn end_frame(start: usize, out: &mut Vec<u8>) {
+    let crc = masked_crc(out.get(start..).unwrap_or_default());
+    out.extend_from_slice(&crc.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

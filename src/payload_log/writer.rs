@@ -17,11 +17,12 @@ use crate::metrics::PayloadLogCounts;
 use super::config::{Destination, LogFormat, PayloadLogConfig};
 use super::queue::RecordQueue;
 use super::record::PayloadRecord;
-use super::tfrecord::frame_into;
 
 /// How often the thread takes what is queued.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
+/// Bytes gathered before a write to the file: a few hundred records at a time.
+const WRITE_BUFFER: usize = 256 << 10;
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// The state both the request path and the thread see.
@@ -219,15 +220,9 @@ impl Files {
                 Err(err) => return self.failed(&err),
             }
         }
-        let encoded = record.encode(self.format);
-        let bytes = match self.format {
-            LogFormat::PredictionLog => {
-                self.framed.clear();
-                frame_into(&encoded, &mut self.framed);
-                &self.framed
-            }
-            LogFormat::Jsonl => &encoded,
-        };
+        self.framed.clear();
+        record.write_into(self.format, &mut self.framed);
+        let bytes = &self.framed;
         let Some(file) = self.open.as_mut() else {
             return;
         };
@@ -277,7 +272,7 @@ impl Files {
         let file = File::options().create_new(true).append(true).open(&path)?;
         Ok(OpenFile {
             path,
-            out: BufWriter::new(file),
+            out: BufWriter::with_capacity(WRITE_BUFFER, file),
             written: 0,
         })
     }
