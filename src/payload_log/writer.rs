@@ -18,6 +18,8 @@ use super::config::{Destination, LogFormat, PayloadLogConfig};
 use super::queue::RecordQueue;
 use super::record::PayloadRecord;
 
+/// The writer thread's nice value (0 is the default, 19 the lowest priority).
+const WRITER_NICE: i32 = 10;
 /// How often the thread takes what is queued.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
@@ -76,6 +78,9 @@ impl PayloadWriter {
         let thread = std::thread::Builder::new()
             .name(format!("payload-log-{model}"))
             .spawn(move || {
+                // On Linux a nice value is per thread: this one yields the CPU to the threads
+                // answering requests when both want it, in place of holding it for its turn.
+                let _ = rustix::process::setpriority_process(None, WRITER_NICE);
                 let mut batch = Vec::new();
                 loop {
                     let closed = files.shared.queue.take(&mut batch);

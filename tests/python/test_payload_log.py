@@ -197,6 +197,32 @@ def test_prediction_logs_hold_every_protocols_requests_and_answers(tmp_path):
         server.stop()
 
 
+def test_tensorflow_reads_the_files_with_tf_data(tmp_path):
+    """Where TensorFlow itself is installed (not only its protos, as in this suite's venv),
+    `tf.data.TFRecordDataset` reads the files and checks their CRCs."""
+    tf = pytest.importorskip("tensorflow")
+    if not hasattr(tf, "data"):
+        pytest.skip("TensorFlow is not installed here, only its protos")
+    logs = tmp_path / "logs"
+    models = ranker_models(tmp_path, f'[logging]\npath = "{logs}"\n')
+    server = start_server(models, tmp_path / "server.log")
+    try:
+        sender = Sender(server)
+        sender.send(4)
+        sender.close()
+        prediction_logs(logs, 4, server.log_path)
+    finally:
+        server.stop()
+    files = [str(p) for p in log_files(logs, ".tfrecord")]
+    records = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(files)]
+    entries = []
+    for record in records:
+        entry = prediction_log_pb2.PredictionLog()
+        entry.ParseFromString(record)
+        entries.append(entry)
+    check_prediction_logs(entries, sender)
+
+
 def test_json_lines_hold_the_same(tmp_path):
     logs = tmp_path / "logs"
     models = ranker_models(tmp_path, f'[logging]\npath = "{logs}"\nformat = "jsonl"\n')
