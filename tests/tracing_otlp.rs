@@ -214,14 +214,7 @@ fn check_trace(protocol: &str, spans: &[Span], parent: &[u8]) {
 #[tokio::test]
 async fn every_protocol_continues_the_callers_trace_over_otlp_http() -> TestResult {
     let (url, received) = http_receiver().await;
-    let settings = every_request(&url);
-    let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
-    let server = TestServer::start_with(
-        "examples/models",
-        BatchSettings::default(),
-        traced(&settings),
-    )
-    .await;
+    let server = tracing_every_request(&url).await;
     for (protocol, trace, parent) in one_request_per_protocol(&server).await {
         let spans = received.wait_for(&trace, complete(&parent)).await;
         check_trace(protocol, &spans, &parent);
@@ -238,17 +231,22 @@ async fn every_protocol_continues_the_callers_trace_over_otlp_http() -> TestResu
     Ok(())
 }
 
-#[tokio::test]
-async fn each_message_of_a_stream_is_a_trace_under_the_streams_traceparent() -> TestResult {
-    let (url, received) = http_receiver().await;
-    let settings = every_request(&url);
+/// The example models served with every request traced to the collector at `url`.
+async fn tracing_every_request(url: &str) -> TestServer {
+    let settings = every_request(url);
     let settings: Vec<&str> = settings.iter().map(String::as_str).collect();
-    let server = TestServer::start_with(
+    TestServer::start_with(
         "examples/models",
         BatchSettings::default(),
         traced(&settings),
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn each_message_of_a_stream_is_a_trace_under_the_streams_traceparent() -> TestResult {
+    let (url, received) = http_receiver().await;
+    let server = tracing_every_request(&url).await;
     let (header, trace, parent) = traceparent(0x55, 0xa5);
     let mut client = GrpcInferenceServiceClient::connect(server.grpc_url.clone()).await?;
     let messages = futures::stream::iter([kserve_grpc(), kserve_grpc()]);

@@ -358,15 +358,20 @@ def shadow_settled(server, n: int) -> bool:
     return sent + dropped == n
 
 
+def send_with_copies(server, n: int) -> int:
+    """Sends `n` requests, waits until each copy is sent or dropped: how many were sent."""
+    sender = Sender(server)
+    sender.send(n)
+    sender.close()
+    wait_for(lambda: shadow_settled(server, n), server.log_path)
+    return int(metric(server, "tensorport_shadow_copies_sent_total", model="ranker"))
+
+
 def test_shadow_answers_are_logged_beside_the_primary(tmp_path):
     models, logs = shadow_models(tmp_path, "jsonl")
     server = start_server(models, tmp_path / "server.log")
     try:
-        sender = Sender(server)
-        sender.send(8)
-        sender.close()
-        wait_for(lambda: shadow_settled(server, 8), server.log_path)
-        sent = int(metric(server, "tensorport_shadow_copies_sent_total", model="ranker"))
+        sent = send_with_copies(server, 8)
         assert sent >= 1
 
         def lines():
@@ -402,11 +407,7 @@ def test_shadow_answers_in_prediction_logs_say_their_origin(tmp_path):
     models, logs = shadow_models(tmp_path, "prediction_log")
     server = start_server(models, tmp_path / "server.log")
     try:
-        sender = Sender(server)
-        sender.send(4)
-        sender.close()
-        wait_for(lambda: shadow_settled(server, 4), server.log_path)
-        sent = int(metric(server, "tensorport_shadow_copies_sent_total", model="ranker"))
+        sent = send_with_copies(server, 4)
         entries = prediction_logs(logs, 4 + sent, server.log_path)
         origins = sorted((e.log_metadata.request_origin, e.log_metadata.model_spec.version.value)
                          for e in entries)
