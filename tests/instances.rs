@@ -86,8 +86,20 @@ fn features(value: f32) -> Vec<NamedTensor> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_run_two_requests_of_one_version_at_once() -> TestResult {
-    let model = onnx_runtime().load_model(&repo_path(RANKER), RuntimeThreads::default(), 2)?;
-    let alone = onnx_runtime().load_model(&repo_path(RANKER), RuntimeThreads::default(), 1)?;
+    // Both runs reach the one shared session together: each waits at the rendezvous until
+    // the other has arrived, then both call the runtime.
+    two_requests_at_once(true).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_with_sessions_of_their_own_run_at_once() -> TestResult {
+    two_requests_at_once(false).await
+}
+
+async fn two_requests_at_once(shared: bool) -> TestResult {
+    let runtime = onnx_runtime();
+    let model = runtime.load_model(&repo_path(RANKER), RuntimeThreads::default(), 2, shared)?;
+    let alone = runtime.load_model(&repo_path(RANKER), RuntimeThreads::default(), 1, true)?;
     let backend = Arc::new(Rendezvous {
         inner: Arc::new(model),
         expected: 2,
@@ -109,7 +121,7 @@ async fn two_instances_run_two_requests_of_one_version_at_once() -> TestResult {
         batcher.submit(request(0.25)?),
         batcher.submit(request(-0.5)?)
     );
-    // Each answer is the one its own inputs give on a session of its own.
+    // Each answer is the one its own inputs give when run alone.
     for (answer, value) in [(a?, 0.25), (b?, -0.5)] {
         let expected = alone.run(&signatures[0], features(value), &["score".to_owned()])?;
         assert_eq!(
@@ -123,6 +135,57 @@ async fn two_instances_run_two_requests_of_one_version_at_once() -> TestResult {
         [1, 1]
     );
     batcher.shutdown().await;
+    Ok(())
+}
+
+#[test]
+fn many_threads_running_one_shared_session_each_get_their_own_answers() -> TestResult {
+    let runtime = onnx_runtime();
+    let shared =
+        Arc::new(runtime.load_model(&repo_path(RANKER), RuntimeThreads::default(), 4, true)?);
+    let alone = runtime.load_model(&repo_path(RANKER), RuntimeThreads::default(), 1, true)?;
+    let signature = alone.signatures()[0].clone();
+    let score = ["score".to_owned()];
+    let values: Vec<f32> = (0..32).map(|i| i as f32 / 8.0 - 2.0).collect();
+    let expected = values
+        .iter()
+        .map(|&v| {
+            Ok(alone.run(&signature, features(v), &score)?[0]
+                .1
+                .view::<f32>()?
+                .into_owned())
+        })
+        .collect::<Result<Vec<_>, Box<dyn std::error::Error>>>()?;
+    let expected = Arc::new(expected);
+    let threads: Vec<_> = (0..4)
+        .map(|thread| {
+            let (shared, expected, values, signature) = (
+                shared.clone(),
+                expected.clone(),
+                values.clone(),
+                signature.clone(),
+            );
+            std::thread::spawn(move || -> Result<usize, String> {
+                let mut checked = 0;
+                for round in 0..100 {
+                    let i = (thread * 7 + round) % values.len();
+                    let answer = shared
+                        .run(&signature, features(values[i]), &["score".to_owned()])
+                        .map_err(|err| err.to_string())?;
+                    let got = answer[0].1.view::<f32>().map_err(|err| err.to_string())?;
+                    if got.as_ref() != expected[i].as_slice() {
+                        return Err(format!("input {i}: {got:?}, alone {:?}", expected[i]));
+                    }
+                    checked += 1;
+                }
+                Ok(checked)
+            })
+        })
+        .collect();
+    for thread in threads {
+        let checked = thread.join().map_err(|_| "a thread panicked")??;
+        assert_eq!(checked, 100);
+    }
     Ok(())
 }
 

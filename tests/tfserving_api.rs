@@ -35,6 +35,7 @@ fn reference_scores(values: &[f32], rows: usize) -> Vec<f32> {
             &repo_path("examples/models/ranker/2/model.onnx"),
             RuntimeThreads::default(),
             1,
+            true,
         )
         .expect("ranker loads");
     let signature = model.signatures()[0].clone();

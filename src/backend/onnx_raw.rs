@@ -8,14 +8,20 @@
 //!   shared-memory region): `ort` only lets a run write into tensors it allocated.
 //! - An allocator's statistics (how much a session's arena holds): `ort` has no call for
 //!   `OrtAllocator::GetStats`.
+//! - Runs of one session from several threads at once: ONNX Runtime's C API documents
+//!   `Run` as safe to call concurrently on one session (Triton's ONNX Runtime backend relies
+//!   on it for `share_session_between_instances`), while `ort` runs a session through
+//!   `&mut`. Instances of a version then share one copy of the weights.
 #![allow(unsafe_code)]
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 
 use std::ptr::NonNull;
+use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
 use ort::memory::{Allocator, MemoryInfo};
+use ort::session::Session;
 use ort::value::{DynTensor, DynValue, TensorElementType, Value};
 use ort::AsPointer;
 
@@ -173,20 +179,119 @@ pub fn allocator_stat(allocator: &Allocator, key: &CStr) -> Result<Option<u64>, 
     Ok(value.and_then(|text| text.trim().parse().ok()))
 }
 
+/// Why a run failed, as ONNX Runtime said it.
+#[derive(Debug)]
+pub struct RunFailure {
+    /// ONNX Runtime blamed the inputs (a shape or type the graph does not take).
+    pub invalid_input: bool,
+    pub message: String,
+}
+
+/// The names a run passes: an input's or an output's name as ONNX Runtime takes it, made
+/// once when the model loads rather than on every run.
+pub fn c_name(name: &str) -> Result<CString, String> {
+    CString::new(name).map_err(|_| format!("the model names a tensor '{name}' with a NUL byte"))
+}
+
+/// Runs `session` once with `inputs`, returning `outputs` in order. An output whose slot in
+/// `preallocated` holds a tensor is written into it (and that tensor comes back); the others
+/// come back in buffers the session allocates, kept alive by `output_allocator` (a handle on
+/// the session's own CPU allocator) for as long as any output lives, even past the session.
+///
+/// Takes the session by shared reference: several threads may run one session at once.
+pub fn run(
+    session: &Session,
+    inputs: &[(&CStr, &DynValue)],
+    outputs: &[&CStr],
+    mut preallocated: Vec<Option<DynValue>>,
+    output_allocator: &Mutex<Allocator>,
+) -> Result<Vec<DynValue>, RunFailure> {
+    let failure = |message: String| RunFailure {
+        invalid_input: false,
+        message,
+    };
+    if preallocated.len() != outputs.len() {
+        return Err(failure(format!(
+            "{} output slots for {} outputs",
+            preallocated.len(),
+            outputs.len()
+        )));
+    }
+    let input_names: Vec<*const std::ffi::c_char> =
+        inputs.iter().map(|(name, _)| name.as_ptr()).collect();
+    let input_values: Vec<*const ort::sys::OrtValue> =
+        inputs.iter().map(|(_, value)| value.ptr()).collect();
+    let output_names: Vec<*const std::ffi::c_char> =
+        outputs.iter().map(|name| name.as_ptr()).collect();
+    let mut output_values: Vec<*mut ort::sys::OrtValue> = preallocated
+        .iter_mut()
+        .map(|slot| slot.as_mut().map_or(std::ptr::null_mut(), |v| v.ptr_mut()))
+        .collect();
+    let api = ort::api();
+    // SAFETY: the session is live for the call and ONNX Runtime allows concurrent `Run`s on
+    // one session (see the module's documentation); the name and value arrays have the
+    // lengths passed, their strings are NUL-terminated and their values live tensors, all
+    // borrowed for the whole call. Each output slot is either null (ONNX Runtime allocates
+    // the output and hands us its ownership) or a tensor of ours it writes into.
+    let status = unsafe {
+        (api.Run)(
+            session.ptr().cast_mut(),
+            std::ptr::null(),
+            input_names.as_ptr(),
+            input_values.as_ptr(),
+            input_values.len(),
+            output_names.as_ptr(),
+            output_names.len(),
+            output_values.as_mut_ptr(),
+        )
+    };
+    status_result(status)?;
+    // Locked only now: concurrent runs take turns for the outputs' handles, not for `Run`.
+    let output_allocator = output_allocator
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let mut values = Vec::with_capacity(outputs.len());
+    let mut missing = false;
+    for (raw, slot) in output_values.into_iter().zip(preallocated) {
+        match (slot, NonNull::new(raw)) {
+            (Some(value), _) => values.push(value),
+            // SAFETY: a non-null output ONNX Runtime allocated for this run is a live value
+            // owned by nothing else; the returned `Value` releases it once.
+            (None, Some(raw)) => {
+                values.push(unsafe { Value::from_ptr(raw, Some(&output_allocator)) })
+            }
+            (None, None) => missing = true,
+        }
+    }
+    if missing {
+        return Err(failure("the runtime returned an empty output".into()));
+    }
+    Ok(values)
+}
+
 /// Turns an ONNX Runtime status into a result, releasing the status.
 fn check(status: ort::sys::OrtStatusPtr) -> Result<(), String> {
+    status_result(status).map_err(|failure| failure.message)
+}
+
+/// A status as a result that keeps whether ONNX Runtime blamed the arguments.
+fn status_result(status: ort::sys::OrtStatusPtr) -> Result<(), RunFailure> {
     if status.0.is_null() {
         return Ok(());
     }
     let api = ort::api();
     // SAFETY: a non-null status owns a NUL-terminated message until it is released, which
-    // happens right after the message is copied.
-    let message = unsafe {
+    // happens right after the message and the code are copied.
+    let (code, message) = unsafe {
+        let code = (api.GetErrorCode)(status.0);
         let text = CStr::from_ptr((api.GetErrorMessage)(status.0))
             .to_string_lossy()
             .into_owned();
         (api.ReleaseStatus)(status.0);
-        text
+        (code, text)
     };
-    Err(message)
+    Err(RunFailure {
+        invalid_input: code == ort::sys::OrtErrorCode::ORT_INVALID_ARGUMENT,
+        message,
+    })
 }

@@ -51,6 +51,11 @@ pub enum BatchError {
     },
     #[error("the requests merged into one batch disagree on input '{input}'")]
     Incompatible { input: String },
+    #[error(
+        "the pieces of a split request came back with shapes of output '{output}' that \
+         disagree past dimension 0, so they cannot be joined"
+    )]
+    PiecesDisagree { output: String },
     #[error("cannot build the merged tensor: {0}")]
     Tensor(#[from] DecodeError),
     #[error("the model has no signature number {0}")]

@@ -29,6 +29,7 @@ use super::execute::{answer, panicked, Run};
 use super::policy::BatchPolicy;
 use super::request::Parts;
 use super::runner::Runner;
+use super::split;
 use super::telemetry::inferences;
 use super::{BatchError, BatcherError, ValidRequest};
 use crate::backend::NamedTensor;
@@ -47,6 +48,15 @@ pub struct BatcherHandle {
     /// The backend and instances, shared with the actor.
     runner: Arc<Runner>,
     actor: JoinHandle<()>,
+}
+
+/// A request as [`BatcherHandle::submit`] runs it: whole, or as queued pieces to join.
+enum Split {
+    Whole(ValidRequest),
+    Pieces {
+        pending: Vec<Pending>,
+        outputs: Vec<String>,
+    },
 }
 
 /// The answer to one enqueued request. Dropping it withdraws the request if it has not run.
@@ -128,10 +138,39 @@ impl BatcherHandle {
     /// when the model is fast and idle (see the module's documentation), else through the
     /// queue as [`BatcherHandle::enqueue`] does.
     pub async fn submit(&self, request: ValidRequest) -> Result<Vec<NamedTensor>, BatcherError> {
+        let request = match self.split(request)? {
+            Split::Pieces { pending, outputs } => return split::join(pending, &outputs).await,
+            Split::Whole(request) => request,
+        };
         match self.inline_instance(&request) {
             Some(instance) => self.run_inline(instance, request),
             None => self.enqueue(request)?.await,
         }
+    }
+
+    /// `request` queued as pieces, when it has more rows than the version's `split_rows`
+    /// and can be cut; else the request back, to run whole.
+    fn split(&self, request: ValidRequest) -> Result<Split, BatcherError> {
+        let Some(limit) = self.policy.split_rows() else {
+            return Ok(Split::Whole(request));
+        };
+        let rows = usize::try_from(request.inferences()).unwrap_or(usize::MAX);
+        let pieces = split::piece_rows(rows, limit);
+        if pieces.len() < 2 {
+            return Ok(Split::Whole(request));
+        }
+        let outputs = request.outputs().to_vec();
+        let pieces = match split::cut(request, &pieces, self.runner.signatures()) {
+            Ok(pieces) => pieces,
+            Err(whole) => return Ok(Split::Whole(whole)),
+        };
+        // Every piece is queued before any is awaited, so that free instances take them at
+        // once; a piece refused (a full queue) refuses the request, withdrawing the others.
+        let pending = pieces
+            .into_iter()
+            .map(|piece| self.enqueue(piece))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Split::Pieces { pending, outputs })
     }
 
     /// An instance for `request` to run on inline, if it may.

@@ -11,11 +11,14 @@
 //!
 //! A fast model's request that finds the queue empty and an instance free skips all of this
 //! and runs on the caller's thread (handle.rs says when, instances.rs how "fast" is measured).
+//! A request with more rows than `split_rows` is cut into pieces that queue on their own and
+//! run on free instances at once (split.rs).
 //!
 //! The files import one way: start.rs (which spawns the actor and builds its handle) above
 //! handle.rs (the request side) and task.rs (the actor), both above runner.rs (the backend,
 //! the instances and where runs are counted), above execute.rs (one batch), above the
 //! leaves: channel.rs, error.rs, gather.rs, policy.rs, request.rs, settings.rs, telemetry.rs.
+//! split.rs sits between handle.rs, which calls it, and the leaves.
 //!
 //! A batcher takes only a [`ValidRequest`], whose constructor checks it against its signature
 //! and resolves its output list; the batcher trusts both and only checks what merging needs:
@@ -35,6 +38,7 @@ mod priority;
 mod request;
 mod runner;
 mod settings;
+mod split;
 mod start;
 mod task;
 mod telemetry;

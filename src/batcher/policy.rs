@@ -5,8 +5,8 @@
 //! 1. Entries whose client has gone are dropped; entries past their deadline are handed back
 //!    to be answered DEADLINE_EXCEEDED. Neither ever runs.
 //! 2. Only entries with equal keys merge. A group's batch is its entries in arrival order, as
-//!    many as fit in `max_batch_size` rows, stopping at the first that does not fit (so a large
-//!    request is not overtaken forever by small ones).
+//!    many as fit in `max_batch_size` rows (and in `split_rows`, when set), stopping at the
+//!    first that does not fit (so a large request is not overtaken forever by small ones).
 //! 3. A group is cut when its batch is full (nothing queued or later could join it), when its
 //!    oldest entry has waited `max_queue_delay`, or when the queue is closing. Otherwise, if a
 //!    prefix of the batch adds up to a preferred size, the longest such prefix is cut at once.
@@ -34,6 +34,9 @@ pub struct BatchPolicy {
     preferred_batch_sizes: Vec<usize>,
     /// Between 1 and [`MAX_QUEUE_SIZE`].
     max_queue_size: usize,
+    /// Most rows of one run, 0 for no bound past `max_batch_size`: larger requests are cut
+    /// into pieces (`split.rs`), and no batch merges past it.
+    split_rows: usize,
 }
 
 impl BatchPolicy {
@@ -44,6 +47,7 @@ impl BatchPolicy {
             .iter()
             .copied()
             .filter(|&size| max_batch_size > 1 && (1..=max_batch_size).contains(&size))
+            .filter(|&size| settings.split_rows == 0 || size <= settings.split_rows)
             .collect();
         preferred_batch_sizes.sort_unstable();
         preferred_batch_sizes.dedup();
@@ -52,6 +56,20 @@ impl BatchPolicy {
             max_queue_delay: settings.max_queue_delay(),
             preferred_batch_sizes,
             max_queue_size: settings.max_queue_size.clamp(1, MAX_QUEUE_SIZE),
+            split_rows: settings.split_rows,
+        }
+    }
+
+    /// The most rows a request may have and still run whole; `None` when any may.
+    pub fn split_rows(&self) -> Option<usize> {
+        (self.split_rows > 0).then_some(self.split_rows)
+    }
+
+    /// The most rows one batch merges.
+    fn merge_limit(&self) -> usize {
+        match self.split_rows() {
+            Some(split) => self.max_batch_size.min(split),
+            None => self.max_batch_size,
         }
     }
 
@@ -184,7 +202,7 @@ impl<K: PartialEq, T> BatchQueue<K, T> {
     /// Queues `entry`, taking away its key when it cannot merge under this policy. A
     /// high-priority entry goes behind the last high-priority one, ahead of default ones.
     pub fn push(&mut self, mut entry: Queued<K, T>) {
-        if !self.policy.batching_enabled() || entry.rows > self.policy.max_batch_size {
+        if !self.policy.batching_enabled() || entry.rows > self.policy.merge_limit() {
             entry.key = None;
         }
         match entry.priority {
@@ -280,7 +298,7 @@ impl<K: PartialEq, T> BatchQueue<K, T> {
 
     /// The batch of the group whose oldest entry is at `first`, and whether it is ready.
     fn plan(&self, first: usize, key: &K, oldest: Instant, now: Instant) -> Plan {
-        let max = self.policy.max_batch_size;
+        let max = self.policy.merge_limit();
         let mut members = Vec::new();
         let mut rows = 0usize;
         let mut full = false;
@@ -304,7 +322,7 @@ impl<K: PartialEq, T> BatchQueue<K, T> {
             }
         }
         // `members` is never empty here: push() keeps only entries of at most
-        // `max_batch_size` rows mergeable, so the group's first entry always fits.
+        // `merge_limit()` rows mergeable, so the group's first entry always fits.
         let due = oldest.checked_add(self.policy.max_queue_delay);
         if full || self.closing || due.is_some_and(|due| due <= now) {
             return Plan::Cut(members);

@@ -69,6 +69,11 @@ impl Runner {
         }
     }
 
+    /// The backend's signatures, which a split request's pieces are checked against.
+    pub(super) fn signatures(&self) -> &[crate::backend::Signature] {
+        self.backend.signatures()
+    }
+
     /// How many batches may run at once.
     pub(super) fn instance_count(&self) -> usize {
         self.busy.len()

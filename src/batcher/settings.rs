@@ -21,6 +21,7 @@ pub const MAX_QUEUE_SIZE: usize = 1 << 20;
 /// max_queue_delay_us = 2000
 /// preferred_batch_sizes = [8, 16, 32]
 /// max_queue_size = 512
+/// split_rows = 256
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -42,6 +43,13 @@ pub struct BatchSettings {
     /// least one place) past it; see [`super::BatchPolicy::admits`]. The default is large enough that the server's concurrency limit,
     /// not this queue, normally sheds load first; it exists so that a backlog stays bounded.
     pub max_queue_size: usize,
+    /// Most rows one run takes, when set above 0 (TF Serving's `max_execution_batch_size`
+    /// with `enable_large_batch_splitting`): a request with more rows is cut along dimension
+    /// 0 into pieces of at most this many, as even as possible, which queue as requests of
+    /// their own, so that free instances run them at once; their outputs are joined in
+    /// order. No batch merges past it either. A large request then takes as many cores as
+    /// the version has instances, instead of one.
+    pub split_rows: usize,
 }
 
 impl Default for BatchSettings {
@@ -51,6 +59,7 @@ impl Default for BatchSettings {
             max_queue_delay_us: 0,
             preferred_batch_sizes: Vec::new(),
             max_queue_size: 1024,
+            split_rows: 0,
         }
     }
 }
@@ -66,6 +75,8 @@ pub enum SettingsError {
     PreferredOutOfRange { size: usize, max: usize },
     #[error("preferred_batch_sizes needs batching on (max_batch_size above 1)")]
     PreferredWithoutBatching,
+    #[error("preferred batch size {size} is larger than split_rows ({split_rows}), which no batch exceeds")]
+    PreferredPastSplit { size: usize, split_rows: usize },
 }
 
 impl BatchSettings {
@@ -99,6 +110,16 @@ impl BatchSettings {
             return Err(SettingsError::PreferredOutOfRange {
                 size,
                 max: self.max_batch_size,
+            });
+        }
+        if let Some(&size) = self
+            .preferred_batch_sizes
+            .iter()
+            .find(|&&size| self.split_rows > 0 && size > self.split_rows)
+        {
+            return Err(SettingsError::PreferredPastSplit {
+                size,
+                split_rows: self.split_rows,
             });
         }
         Ok(())
@@ -151,6 +172,7 @@ mod tests {
             max_queue_delay_us: 0,
             preferred_batch_sizes: preferred.to_vec(),
             max_queue_size,
+            split_rows: 0,
         };
         assert_eq!(with(8, &[], 0).validate(), Err(SettingsError::EmptyQueue));
         assert_eq!(
@@ -168,6 +190,17 @@ mod tests {
         assert_eq!(
             with(1, &[1], 10).validate(),
             Err(SettingsError::PreferredWithoutBatching)
+        );
+        let split = BatchSettings {
+            split_rows: 4,
+            ..with(16, &[8], 10)
+        };
+        assert_eq!(
+            split.validate(),
+            Err(SettingsError::PreferredPastSplit {
+                size: 8,
+                split_rows: 4
+            })
         );
     }
 }

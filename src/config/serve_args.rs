@@ -218,6 +218,7 @@ impl ServeArgs {
             preferred_batch_sizes: Vec::new(),
             max_queue_size: usize::try_from(self.batching.max_queue_size)
                 .unwrap_or(crate::batcher::MAX_QUEUE_SIZE),
+            split_rows: 0,
         }
     }
 }

@@ -98,7 +98,10 @@ impl ModelConfig {
             },
             input,
             output,
-            instances: self.instances.or(base.instances),
+            instances: match (self.instances, base.instances) {
+                (Some(own), Some(base)) => Some(own.over(base)),
+                (own, base) => own.or(base),
+            },
             lifecycle: self.lifecycle,
             response_cache: ResponseCacheConfig {
                 enable: self.response_cache.enable.or(base.response_cache.enable),
@@ -175,7 +178,13 @@ mod tests {
              [instances]\ncount = 3\n\
              [lifecycle]\npinned = true\nreload = \"unload-first\"\n",
         )?;
-        assert_eq!(config.instances, Some(InstancesConfig { count: 3 }));
+        assert_eq!(
+            config.instances,
+            Some(InstancesConfig {
+                count: Some(3),
+                share_session: None
+            })
+        );
         assert_eq!(
             config.lifecycle,
             LifecycleConfig {
@@ -229,7 +238,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let config = config?;
         assert_eq!(config.batching.as_ref().map(|b| b.max_batch_size), Some(2));
-        assert_eq!(config.instances.map(|i| i.count), Some(1));
+        assert_eq!(config.instances.and_then(|i| i.count), Some(1));
         assert_eq!(config.policy(), Ok(VersionPolicy::All));
         assert_eq!(config.model_filename.as_deref(), Some("m.onnx"));
         Ok(())

@@ -34,8 +34,9 @@ pub struct Loader {
     pub strict_model_config: bool,
 }
 
-/// The most instances the automatic choice gives a version: each ONNX instance holds its own
-/// copy of the weights, so memory, not cores, bounds it on large machines.
+/// The most instances the automatic choice gives a version: past a few, more batches at once
+/// only add queues' worth of memory (and, for separate ONNX sessions, copies of the weights)
+/// for cores the instances must then share.
 pub const MAX_AUTOMATIC_INSTANCES: usize = 4;
 
 impl Loader {
@@ -44,7 +45,10 @@ impl Loader {
     /// `intra_op_threads` cores the process may use (so that the instances together use
     /// every core once), at least 1 and at most [`MAX_AUTOMATIC_INSTANCES`].
     pub fn instances(&self, config: &ModelConfig) -> usize {
-        let count = config.instances.map_or(self.instances, |table| table.count);
+        let count = config
+            .instances
+            .and_then(|table| table.count)
+            .unwrap_or(self.instances);
         if count > 0 {
             return count;
         }
@@ -64,7 +68,9 @@ impl Loader {
         if let Some(platform) = &config.platform {
             if ModelFormat::from_platform(platform).is_none() {
                 return Err(load_error(format!(
-                    "the configuration names platform or backend '{platform}', which is not                      served here: tensorport runs onnxruntime_onnx (onnxruntime),                      pytorch_libtorch (pytorch) and tensorflow_savedmodel (tensorflow) models"
+                    "the configuration names platform or backend '{platform}', which is not \
+                     served here: tensorport runs onnxruntime_onnx (onnxruntime), \
+                     pytorch_libtorch (pytorch) and tensorflow_savedmodel (tensorflow) models"
                 )));
             }
         }
@@ -84,7 +90,11 @@ impl Loader {
         let backend: Arc<dyn Backend> = match format {
             ModelFormat::Onnx => {
                 let instances = self.instances(config);
-                Arc::new(self.onnx.load_model(&path, threads, instances)?)
+                let shared = config
+                    .instances
+                    .and_then(|table| table.share_session)
+                    .unwrap_or(true);
+                Arc::new(self.onnx.load_model(&path, threads, instances, shared)?)
             }
             ModelFormat::TorchScript => load_torch(&path, config, threads)?,
             ModelFormat::SavedModel => load_saved_model(&path, threads)?,

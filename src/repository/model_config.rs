@@ -151,16 +151,31 @@ pub struct MlserverExtras {
     pub ignored: Vec<String>,
 }
 
-/// The most instances a version may have: each ONNX instance is a session with its own copy of
-/// the weights, so a typo of a few zeros would exhaust memory instead of failing the load.
+/// The most instances a version may have: an ONNX instance with a session of its own holds
+/// its own copy of the weights, so a typo of a few zeros would exhaust memory instead of
+/// failing the load.
 pub const MAX_INSTANCES: usize = 64;
 
-/// `[instances]`, Triton's `instance_group { count }`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// `[instances]`, Triton's `instance_group { count }` and its ONNX Runtime backend's
+/// `share_session_between_instances` parameter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstancesConfig {
-    /// Instances of each loaded version; 0 picks automatically.
-    pub count: usize,
+    /// Instances of each loaded version; 0 picks automatically; unset: `--instances`.
+    pub count: Option<usize>,
+    /// Whether the instances of an ONNX version run one session, holding one copy of the
+    /// weights (unset: they do); `false` gives each its own session.
+    pub share_session: Option<bool>,
+}
+
+impl InstancesConfig {
+    /// These settings over `base`'s, field by field.
+    pub fn over(self, base: Self) -> Self {
+        Self {
+            count: self.count.or(base.count),
+            share_session: self.share_session.or(base.share_session),
+        }
+    }
 }
 
 /// `[lifecycle]`.
@@ -303,7 +318,7 @@ impl ModelConfig {
                 ));
             }
         }
-        if let Some(InstancesConfig { count }) = self.instances {
+        if let Some(count) = self.instances.and_then(|table| table.count) {
             if count > MAX_INSTANCES {
                 return Err(format!(
                     "[instances]: count must be at most {MAX_INSTANCES}, got {count}"

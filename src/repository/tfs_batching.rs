@@ -8,7 +8,8 @@
 //! | `max_enqueued_batches` (default 10) | `max_queue_size` = it × `max_batch_size` | the queue here counts requests, each at least one row, so this admits at least as much as TF Serving |
 //! | `num_batch_threads` | instances per model version | batches of one version that run at once, each on an instance of its own (a copy of the session); TF Serving shares its threads among models, so start-up says what this comes to |
 //! | `allowed_batch_sizes` | `preferred_batch_sizes` | a batch is cut at these sizes; it is not padded up to them |
-//! | `thread_pool_name`, `pad_variable_length_inputs`, `enable_large_batch_splitting`, `max_execution_batch_size` | not applied | named once in a warning |
+//! | `enable_large_batch_splitting: true` with `max_execution_batch_size` (default: `max_batch_size`) | `split_rows` | a request with more rows is cut into pieces of at most that many, which free instances run at once; no batch runs more rows; the last of `allowed_batch_sizes` must then equal it, as TF Serving requires |
+//! | `thread_pool_name`, `pad_variable_length_inputs`, `max_execution_batch_size` without splitting | not applied | named once in a warning |
 
 use std::path::{Path, PathBuf};
 
@@ -148,9 +149,26 @@ impl TfsBatching {
         if !allowed.windows(2).all(|w| w[0] < w[1]) {
             return Err("allowed_batch_sizes must increase".into());
         }
-        if allowed.last().is_some_and(|&last| last != max_batch_size) {
+        let splitting = p.enable_large_batch_splitting.unwrap_or(false);
+        let split_rows = match (splitting, p.max_execution_batch_size) {
+            (true, Some(size)) => positive("max_execution_batch_size", size)?,
+            (true, None) => max_batch_size,
+            (false, _) => 0,
+        };
+        if split_rows > max_batch_size {
             return Err(format!(
-                "the last of allowed_batch_sizes must equal max_batch_size ({max_batch_size}), \
+                "max_execution_batch_size ({split_rows}) must not exceed max_batch_size \
+                 ({max_batch_size})"
+            ));
+        }
+        let (last_name, last_size) = if splitting {
+            ("max_execution_batch_size", split_rows)
+        } else {
+            ("max_batch_size", max_batch_size)
+        };
+        if allowed.last().is_some_and(|&last| last != last_size) {
+            return Err(format!(
+                "the last of allowed_batch_sizes must equal {last_name} ({last_size}), \
                  as TF Serving requires"
             ));
         }
@@ -161,17 +179,15 @@ impl TfsBatching {
         if p.pad_variable_length_inputs {
             ignored.push("pad_variable_length_inputs");
         }
-        if p.enable_large_batch_splitting.is_some() {
-            ignored.push("enable_large_batch_splitting");
-        }
-        if p.max_execution_batch_size.is_some() {
-            ignored.push("max_execution_batch_size");
+        if !splitting && p.max_execution_batch_size.is_some() {
+            ignored.push("max_execution_batch_size (it applies with enable_large_batch_splitting)");
         }
         let settings = BatchSettings {
             max_batch_size,
             max_queue_delay_us: batch_timeout_micros,
             preferred_batch_sizes: allowed,
             max_queue_size,
+            split_rows,
         };
         settings.validate().map_err(|err| err.to_string())?;
         Ok(Self {
@@ -208,10 +224,34 @@ mod tests {
                 max_queue_delay_us: 500,
                 preferred_batch_sizes: vec![4, 8],
                 max_queue_size: 32,
+                split_rows: 0,
             }
         );
         assert_eq!(mapped.instances, Some(2));
         assert_eq!(mapped.ignored, vec!["pad_variable_length_inputs"]);
+        Ok(())
+    }
+
+    #[test]
+    fn large_batch_splitting_sets_the_split_size() -> Result<(), String> {
+        let mapped = parse(
+            "max_batch_size { value: 1024 }\nenable_large_batch_splitting { value: true }\n\
+             max_execution_batch_size { value: 256 }\nallowed_batch_sizes: 128\n\
+             allowed_batch_sizes: 256\n",
+        )?;
+        assert_eq!(mapped.settings.split_rows, 256);
+        assert_eq!(mapped.settings.max_batch_size, 1024);
+        assert_eq!(mapped.settings.preferred_batch_sizes, vec![128, 256]);
+        assert!(mapped.ignored.is_empty(), "{:?}", mapped.ignored);
+        // Without a size, batches split at max_batch_size: only larger requests are cut.
+        let default_size =
+            parse("max_batch_size { value: 64 }\nenable_large_batch_splitting { value: true }\n")?;
+        assert_eq!(default_size.settings.split_rows, 64);
+        // A size without splitting is named, not applied.
+        let unused = parse("max_execution_batch_size { value: 32 }")?;
+        assert_eq!(unused.settings.split_rows, 0);
+        assert_eq!(unused.ignored.len(), 1);
+        assert!(unused.ignored[0].starts_with("max_execution_batch_size"));
         Ok(())
     }
 
@@ -269,6 +309,16 @@ mod tests {
                 "must increase",
             ),
             ("max_batch_sise { value: 8 }", "max_batch_sise"),
+            (
+                "max_batch_size { value: 8 } enable_large_batch_splitting { value: true } \
+                 max_execution_batch_size { value: 16 }",
+                "must not exceed max_batch_size",
+            ),
+            (
+                "max_batch_size { value: 8 } enable_large_batch_splitting { value: true } \
+                 max_execution_batch_size { value: 4 } allowed_batch_sizes: 8",
+                "must equal max_execution_batch_size (4)",
+            ),
         ] {
             let err = parse(text).err().unwrap_or_default();
             assert!(err.contains(needle), "{text}: {err}");

@@ -129,7 +129,8 @@ impl TritonConfig {
                 .map(|group| i64::from(group.count.max(1)))
                 .sum();
             config.instances = Some(InstancesConfig {
-                count: usize::try_from(count).unwrap_or(1),
+                count: Some(usize::try_from(count).unwrap_or(1)),
+                share_session: None,
             });
             if parsed.instance_group.iter().any(|g| {
                 !g.gpus.is_empty() || g.kind == triton::model_instance_group::Kind::Gpu as i32
@@ -379,7 +380,7 @@ mod tests {
         assert_eq!(batching.preferred_batch_sizes, vec![8, 16]);
         assert_eq!(batching.max_queue_size, 64);
         assert_eq!(config.version_policy.all, Some(true));
-        assert_eq!(config.instances.as_ref().map(|i| i.count), Some(3));
+        assert_eq!(config.instances.and_then(|i| i.count), Some(3));
         assert_eq!(config.model_filename.as_deref(), Some("ranker.onnx"));
         assert_eq!(config.platform.as_deref(), Some("onnxruntime_onnx"));
         assert_eq!(

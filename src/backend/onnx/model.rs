@@ -1,13 +1,13 @@
 //! One loaded ONNX model version: its sessions, and a run over them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{MutexGuard, TryLockError};
+use std::ffi::{CStr, CString};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
-use ort::session::{OutputSelector, RunOptions};
+use ort::value::DynValue;
 
-use super::arena::{Instance, Metered};
+use super::arena::Instance;
 use super::inputs::input_value;
-use super::outputs::{output_tensor, run_error};
+use super::outputs::{output_tensor, run_failure};
 use super::types::element_type;
 use crate::backend::onnx_raw;
 use crate::backend::{
@@ -17,19 +17,14 @@ use crate::tensor::{DataType, Tensor};
 
 /// One ONNX model version.
 ///
-/// Instances are separate sessions, not concurrent runs of one session. ONNX Runtime's C API
-/// documents `Run` as safe to call concurrently, but `ort` (rc.15) runs a session through
-/// `&mut` because, its documentation says, some execution providers' allocators and
-/// statistics trackers are not thread-safe; sharing one session would take our own `unsafe`
-/// calls to `Run` beside the two narrow ones in `onnx_raw`. Measured (debug build, 2 cores,
-/// KServe HTTP, 4 clients): a 256 -> 2048 -> 2048 -> 1 MLP (19 MB of weights) takes 65 MiB
-/// resident with one instance, 103 MiB with two, 183 MiB with four, i.e. about twice its
-/// weights per extra session (the weights and their prepacked copy); the `spin` test model at
-/// 1.8 ms a run answered 476 req/s with one instance, 999 with two, and 894 loaded as two
-/// separate models. Throughput is what a shared session would also give; the memory is the
-/// price of keeping every run on safe `ort` calls, paid only by models that ask for
-/// instances. The batcher runs at most as many batches as there are sessions, so a run finds
-/// a free session without waiting.
+/// By default every instance of a version runs the same session: ONNX Runtime's C API allows
+/// concurrent `Run`s on one session (`onnx_raw::run`), so N instances hold one copy of the
+/// weights and of their prepacked form, where separate sessions held one each (about twice
+/// the weight file per extra instance: docs/BENCHMARKS.md, "Instances sharing a session").
+/// `[instances] share_session = false` (Triton's `share_session_between_instances: "0"`)
+/// gives each instance a session of its own instead, with its own arena and, with more than
+/// one intra-op thread, its own thread pool. The batcher runs at most as many batches as
+/// there are instances, so a run of separate sessions finds a free one without waiting.
 ///
 /// Each session keeps the CPU arena ONNX Runtime gives it by default: a run's buffers come
 /// from memory the session already holds, instead of from `malloc` (and, for large buffers,
@@ -41,41 +36,83 @@ use crate::tensor::{DataType, Tensor};
 /// environment, which would outlive an evicted version), so charging what it holds is how a
 /// budget stays true; turning it off would trade that for page faults on every large run.
 pub struct OnnxModel {
-    /// One per instance; a run takes the first one that is free.
+    /// One session shared by every instance, or one per instance.
     sessions: Vec<Instance>,
+    /// For separate sessions, one lock per session that a run holds; empty when shared.
+    exclusive: Vec<Mutex<()>>,
+    /// The model's input and output names as the runtime takes them.
+    inputs: Vec<(String, CString)>,
+    outputs: Vec<(String, CString)>,
     signatures: Vec<Signature>,
     /// Whether any session's arena reports what it holds.
     reports_held: bool,
 }
 
 impl OnnxModel {
-    /// A version over `sessions` (one per instance, at least one), called through `signature`.
-    pub(super) fn new(sessions: Vec<Instance>, signature: Signature) -> Self {
+    /// A version over `sessions` (at least one), called through `signature`: one session run
+    /// concurrently when `shared`, else one per instance, each running one batch at a time.
+    pub(super) fn new(
+        sessions: Vec<Instance>,
+        shared: bool,
+        signature: Signature,
+    ) -> Result<Self, String> {
         let reports_held = sessions.iter().any(Instance::reports);
-        Self {
+        let names = |specs: &[TensorSpec]| {
+            specs
+                .iter()
+                .map(|spec| Ok((spec.name.clone(), onnx_raw::c_name(&spec.name)?)))
+                .collect::<Result<Vec<_>, String>>()
+        };
+        let exclusive = if shared {
+            Vec::new()
+        } else {
+            sessions.iter().map(|_| Mutex::new(())).collect()
+        };
+        Ok(Self {
+            inputs: names(&signature.inputs)?,
+            outputs: names(&signature.outputs)?,
             sessions,
+            exclusive,
             signatures: vec![signature],
             reports_held,
-        }
+        })
     }
 
-    /// The first free session; when every one is busy (a warmup run beside serving ones),
-    /// waits for the first.
-    fn session(&self) -> Result<(MutexGuard<'_, Metered>, &AtomicU64), BackendError> {
+    /// The session a run uses, and the lock it holds while it runs: the shared session
+    /// without one, else the first free session, or, when every one is busy (a warmup run
+    /// beside serving ones), the first after waiting for it.
+    fn session(&self) -> Result<(&Instance, Option<MutexGuard<'_, ()>>), BackendError> {
         let poisoned = || BackendError::runtime("the session lock is poisoned".into());
-        for instance in &self.sessions {
-            match instance.session.try_lock() {
-                Ok(guard) => return Ok((guard, &instance.held)),
-                Err(TryLockError::WouldBlock) => continue,
-                Err(TryLockError::Poisoned(_)) => return Err(poisoned()),
-            }
-        }
         let first = self
             .sessions
             .first()
             .ok_or_else(|| BackendError::runtime("the model has no session".into()))?;
-        let guard = first.session.lock().map_err(|_| poisoned())?;
-        Ok((guard, &first.held))
+        if self.exclusive.is_empty() {
+            return Ok((first, None));
+        }
+        for (instance, lock) in self.sessions.iter().zip(&self.exclusive) {
+            match lock.try_lock() {
+                Ok(guard) => return Ok((instance, Some(guard))),
+                Err(TryLockError::WouldBlock) => continue,
+                Err(TryLockError::Poisoned(_)) => return Err(poisoned()),
+            }
+        }
+        let guard = self
+            .exclusive
+            .first()
+            .ok_or_else(poisoned)?
+            .lock()
+            .map_err(|_| poisoned())?;
+        Ok((first, Some(guard)))
+    }
+
+    /// The name of input or output `name` as the runtime takes it.
+    fn c_name<'n>(names: &'n [(String, CString)], name: &str) -> Result<&'n CStr, BackendError> {
+        names
+            .iter()
+            .find(|(known, _)| known == name)
+            .map(|(_, c)| c.as_c_str())
+            .ok_or_else(|| BackendError::invalid_input(format!("the model has no tensor '{name}'")))
     }
 }
 
@@ -93,7 +130,7 @@ impl Backend for OnnxModel {
         self.reports_held.then(|| {
             self.sessions
                 .iter()
-                .map(|instance| instance.held.load(Ordering::Relaxed))
+                .map(Instance::held)
                 .fold(0u64, u64::saturating_add)
         })
     }
@@ -120,65 +157,53 @@ impl Backend for OnnxModel {
         let values = inputs
             .iter()
             .map(|(name, tensor)| {
-                input_value(tensor)
-                    .map(|value| (name.as_str(), value))
-                    .map_err(|err| BackendError::invalid_input(err.in_input(name).to_string()))
+                let value = input_value(tensor)
+                    .map_err(|err| BackendError::invalid_input(err.in_input(name).to_string()))?;
+                Ok((Self::c_name(&self.inputs, name)?, value))
             })
+            .collect::<Result<Vec<_>, BackendError>>()?;
+        let output_names = outputs
+            .iter()
+            .map(|name| Self::c_name(&self.outputs, name))
             .collect::<Result<Vec<_>, _>>()?;
 
-        let mut selector = OutputSelector::default();
-        let mut placed: Vec<Option<InPlace<'_>>> = vec![None; outputs.len()];
+        let mut preallocated: Vec<Option<DynValue>> = Vec::with_capacity(outputs.len());
+        let mut placed: Vec<Option<InPlace<'_>>> = Vec::with_capacity(outputs.len());
         for (i, name) in outputs.iter().enumerate() {
-            let (Some(Some(target)), Some(spec)) = (targets.get(i), signature.output(name)) else {
-                continue;
+            let (tensor, in_place) = match (targets.get(i), signature.output(name)) {
+                (Some(Some(target)), Some(spec)) => {
+                    preallocate(spec, signature, &inputs, target.as_ref())?
+                }
+                _ => (None, None),
             };
-            let (Some(size), Some(shape)) =
-                (spec.dtype.size(), known_shape(spec, signature, &inputs))
-            else {
-                continue;
-            };
-            let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-            let tensor =
-                onnx_raw::tensor_over(target.as_ref(), element_type(spec.dtype), size, &dims)
-                    .map_err(BackendError::runtime)?;
-            if let Some(tensor) = tensor {
-                selector = selector.preallocate(name.clone(), tensor);
-                placed[i] = Some(InPlace {
-                    dtype: spec.dtype,
-                    shape,
-                    target: target.as_ref(),
-                });
-            }
+            preallocated.push(tensor);
+            placed.push(in_place);
         }
-        // Run options cost an allocation per run: only made when an output is preallocated.
-        let options = if placed.iter().any(Option::is_some) {
-            let options =
-                RunOptions::new().map_err(|err| BackendError::runtime(err.to_string()))?;
-            Some(options.with_outputs(selector))
-        } else {
-            None
-        };
 
         let elements = inputs
             .iter()
             .map(|(_, tensor)| tensor.element_count())
             .fold(0usize, usize::saturating_add);
-        let (mut metered, held) = self.session()?;
-        let metered = &mut *metered;
-        let results = match &options {
-            Some(options) => metered.session.run_with_options(values, options),
-            None => metered.session.run(values),
-        };
+        let (instance, _running) = self.session()?;
+        let pairs: Vec<(&CStr, &DynValue)> = values
+            .iter()
+            .map(|(name, value)| (*name, &**value))
+            .collect();
+        let results = onnx_raw::run(
+            &instance.session,
+            &pairs,
+            &output_names,
+            preallocated,
+            instance.output_allocator(),
+        );
         // A run that failed may have grown the arena before it did.
-        metered.meter.after_run(elements, held);
-        let mut results = results.map_err(run_error)?;
+        instance.after_run(elements);
+        let results = results.map_err(run_failure)?;
         outputs
             .iter()
             .zip(placed)
-            .map(|(name, placed)| {
-                let value = results.remove(name).ok_or_else(|| {
-                    BackendError::runtime(format!("the runtime returned no output '{name}'"))
-                })?;
+            .zip(results)
+            .map(|((name, placed), value)| {
                 let tensor = match placed {
                     // Written in place: the output is a view of the caller's memory.
                     Some(InPlace {
@@ -196,6 +221,29 @@ impl Backend for OnnxModel {
             })
             .collect()
     }
+}
+
+/// A tensor over `target` for output `spec` to be written into, when its shape is known
+/// before the run and the memory fits it; `(None, None)` otherwise.
+fn preallocate<'t>(
+    spec: &TensorSpec,
+    signature: &Signature,
+    inputs: &[NamedTensor],
+    target: &'t dyn OutputMemory,
+) -> Result<(Option<DynValue>, Option<InPlace<'t>>), BackendError> {
+    let (Some(size), Some(shape)) = (spec.dtype.size(), known_shape(spec, signature, inputs))
+    else {
+        return Ok((None, None));
+    };
+    let dims: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let tensor = onnx_raw::tensor_over(target, element_type(spec.dtype), size, &dims)
+        .map_err(BackendError::runtime)?;
+    let in_place = tensor.is_some().then_some(InPlace {
+        dtype: spec.dtype,
+        shape,
+        target,
+    });
+    Ok((tensor, in_place))
 }
 
 /// An output the runtime writes into the caller's memory.

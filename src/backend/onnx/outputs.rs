@@ -9,10 +9,11 @@ use crate::backend::onnx_raw;
 use crate::backend::BackendError;
 use crate::tensor::{DataType, Tensor};
 
-pub(super) fn run_error(err: ort::Error) -> BackendError {
-    match err.code() {
-        ort::ErrorCode::InvalidArgument => BackendError::invalid_input(err.message().to_owned()),
-        _ => BackendError::runtime(err.to_string()),
+pub(super) fn run_failure(failure: onnx_raw::RunFailure) -> BackendError {
+    if failure.invalid_input {
+        BackendError::invalid_input(failure.message)
+    } else {
+        BackendError::runtime(failure.message)
     }
 }
 

@@ -30,13 +30,14 @@ impl OnnxRuntime {
         Ok(Self { env })
     }
 
-    /// Loads the model file at `path` as `instances` sessions (at least one) and reads its
-    /// signature.
+    /// Loads the model file at `path` for `instances` instances (at least one): one session
+    /// they all run when `shared`, else a session each; and reads its signature.
     pub fn load_model(
         &self,
         path: &Path,
         threads: RuntimeThreads,
         instances: usize,
+        shared: bool,
     ) -> Result<OnnxModel, BackendError> {
         let load_error = |message: String| BackendError::load(path, message);
         let first = self.session(path, threads)?;
@@ -45,12 +46,13 @@ impl OnnxRuntime {
             inputs: specs(first.inputs()).map_err(load_error)?,
             outputs: specs(first.outputs()).map_err(load_error)?,
         };
-        let mut sessions = Vec::with_capacity(instances.max(1));
-        sessions.push(Instance::new(first));
-        for _ in 1..instances {
-            sessions.push(Instance::new(self.session(path, threads)?));
+        let sessions = if shared { 1 } else { instances.max(1) };
+        let mut loaded = Vec::with_capacity(sessions);
+        loaded.push(Instance::new(first).map_err(load_error)?);
+        for _ in 1..sessions {
+            loaded.push(Instance::new(self.session(path, threads)?).map_err(load_error)?);
         }
-        Ok(OnnxModel::new(sessions, signature))
+        OnnxModel::new(loaded, shared, signature).map_err(load_error)
     }
 
     fn session(&self, path: &Path, threads: RuntimeThreads) -> Result<Session, BackendError> {

@@ -8,6 +8,7 @@ fn settings(max_batch_size: usize, preferred: &[usize]) -> BatchSettings {
         max_queue_delay_us: u64::try_from(DELAY.as_micros()).unwrap(),
         preferred_batch_sizes: preferred.to_vec(),
         max_queue_size: 100,
+        split_rows: 0,
     }
 }
 
@@ -280,6 +281,7 @@ fn settings_are_normalised() {
         max_queue_delay_us: 0,
         preferred_batch_sizes: vec![16, 4, 0, 2, 4],
         max_queue_size: 0,
+        split_rows: 0,
     });
     assert_eq!(policy.preferred_batch_sizes, vec![2, 4]);
     assert_eq!(policy.max_queue_size(), 1);
@@ -339,4 +341,29 @@ fn a_high_priority_entry_leads_its_batch() {
     });
     assert_eq!(step(&mut queue, t0 + DELAY), Ok(vec![3, 1]));
     assert_eq!(step(&mut queue, t0 + DELAY), Ok(vec![2]));
+}
+
+#[test]
+fn no_batch_merges_past_split_rows_and_larger_entries_run_alone() {
+    let t0 = Instant::now();
+    let mut queue = BatchQueue::new(BatchPolicy::new(&BatchSettings {
+        max_batch_size: 1024,
+        split_rows: 500,
+        ..BatchSettings::default()
+    }));
+    assert_eq!(queue.policy().split_rows(), Some(500));
+    // Two pieces of one request (500 rows each) never merge back into one run.
+    push_all(&mut queue, &[(1, Some('a'), 500), (2, Some('a'), 500)], t0);
+    assert_eq!(step(&mut queue, t0), Ok(vec![1]));
+    assert_eq!(step(&mut queue, t0), Ok(vec![2]));
+    // Smaller requests merge up to the bound.
+    push_all(
+        &mut queue,
+        &[(3, Some('a'), 300), (4, Some('a'), 200), (5, Some('a'), 1)],
+        t0,
+    );
+    assert_eq!(step(&mut queue, t0), Ok(vec![3, 4]));
+    assert_eq!(step(&mut queue, t0), Ok(vec![5]));
+    let unbounded = BatchPolicy::new(&BatchSettings::default());
+    assert_eq!(unbounded.split_rows(), None);
 }
