@@ -33,8 +33,8 @@ pub struct ModelsArgs {
     pub inter_op_threads: usize,
 
     /// Batches of one model version that may run at once, for models whose config.toml has no
-    /// [instances] section (0: automatic, one per intra-op-threads cores, at most 4). Each ONNX
-    /// instance is a session with its own copy of the weights.
+    /// [instances] count (0: automatic, one per intra-op-threads cores, at most 4). The instances
+    /// of an ONNX version share one session and one copy of the weights.
     #[arg(long, env = "TENSORPORT_INSTANCES", default_value_t = 1,
           value_parser = clap::value_parser!(u64).range(0..=(crate::repository::MAX_INSTANCES as u64)))]
     pub instances: u64,
