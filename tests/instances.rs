@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use common::{onnx_runtime, repo_path, TestResult, TestServer};
+use tensorport::backend::onnx::OnnxSessionOptions;
 use tensorport::backend::RuntimeThreads;
 use tensorport::backend::{Backend, BackendError, NamedTensor, OutputTarget, Signature};
 use tensorport::batcher::{BatchSettings, Batcher, Telemetry, ValidRequest};
@@ -86,8 +87,18 @@ fn features(value: f32) -> Vec<NamedTensor> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_run_two_requests_of_one_version_at_once() -> TestResult {
-    let model = onnx_runtime().load_model(&repo_path(RANKER), RuntimeThreads::default(), 2)?;
-    let alone = onnx_runtime().load_model(&repo_path(RANKER), RuntimeThreads::default(), 1)?;
+    let model = onnx_runtime().load_model(
+        &repo_path(RANKER),
+        RuntimeThreads::default(),
+        &OnnxSessionOptions::default(),
+        2,
+    )?;
+    let alone = onnx_runtime().load_model(
+        &repo_path(RANKER),
+        RuntimeThreads::default(),
+        &OnnxSessionOptions::default(),
+        1,
+    )?;
     let backend = Arc::new(Rendezvous {
         inner: Arc::new(model),
         expected: 2,

@@ -144,7 +144,8 @@ impl TritonConfig {
         config.warmup = triton_runtime::warmup(parsed, max_batch_size, &mut ignored);
         config.runtime =
             triton_runtime::runtime(parsed, &mut ignored).map_err(TritonConfigError::Invalid)?;
-        triton_runtime::optimization(parsed, &mut ignored);
+        triton_runtime::optimization(parsed, &mut config.runtime, &mut ignored)
+            .map_err(TritonConfigError::Invalid)?;
         ignored.extend(unapplied(parsed));
         Ok(Self { config, ignored })
     }
@@ -418,7 +419,10 @@ mod tests {
             "m",
             r#"
             name: "other"
-            optimization { graph { level: 1 } }
+            optimization {
+              graph { level: 1 }
+              execution_accelerators { gpu_execution_accelerator: [ { name: "tensorrt" } ] }
+            }
             parameters { key: "threads" value { string_value: "4" } }
             model_warmup [ { name: "w" batch_size: 1 }, { name: "second" } ]
             input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] reshape { shape: [ 1, 2 ] } } ]
@@ -433,8 +437,13 @@ mod tests {
         ] {
             assert!(ignored.contains(field), "{field} in {ignored}");
         }
-        // A reshape is applied, not ignored.
+        // A reshape and the graph level are applied, not ignored.
         assert!(!ignored.contains("reshape"), "{ignored}");
+        assert!(!ignored.contains("graph"), "{ignored}");
+        assert_eq!(
+            triton.config.runtime.graph_optimization,
+            Some(crate::backend::onnx::GraphOptimization::Extended)
+        );
         assert_eq!(
             triton.config.input.first().and_then(|t| t.reshape.clone()),
             Some(vec![DeclaredDim::Size(1), DeclaredDim::Size(2)])

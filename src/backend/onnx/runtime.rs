@@ -7,6 +7,7 @@ use ort::session::Session;
 
 use super::arena::Instance;
 use super::model::OnnxModel;
+use super::options::OnnxSessionOptions;
 use super::types::specs;
 use crate::backend::{BackendError, RuntimeThreads, Signature, DEFAULT_SIGNATURE};
 
@@ -30,16 +31,17 @@ impl OnnxRuntime {
         Ok(Self { env })
     }
 
-    /// Loads the model file at `path` as `instances` sessions (at least one) and reads its
-    /// signature.
+    /// Loads the model file at `path` as `instances` sessions (at least one), built with
+    /// `options`, and reads its signature.
     pub fn load_model(
         &self,
         path: &Path,
         threads: RuntimeThreads,
+        options: &OnnxSessionOptions,
         instances: usize,
     ) -> Result<OnnxModel, BackendError> {
         let load_error = |message: String| BackendError::load(path, message);
-        let first = self.session(path, threads)?;
+        let first = self.session(path, threads, options)?;
         let signature = Signature {
             name: DEFAULT_SIGNATURE.to_owned(),
             inputs: specs(first.inputs()).map_err(load_error)?,
@@ -48,12 +50,17 @@ impl OnnxRuntime {
         let mut sessions = Vec::with_capacity(instances.max(1));
         sessions.push(Instance::new(first));
         for _ in 1..instances {
-            sessions.push(Instance::new(self.session(path, threads)?));
+            sessions.push(Instance::new(self.session(path, threads, options)?));
         }
         Ok(OnnxModel::new(sessions, signature))
     }
 
-    fn session(&self, path: &Path, threads: RuntimeThreads) -> Result<Session, BackendError> {
+    fn session(
+        &self,
+        path: &Path,
+        threads: RuntimeThreads,
+        options: &OnnxSessionOptions,
+    ) -> Result<Session, BackendError> {
         let load_error = |message: String| BackendError::load(path, message);
         let mut builder = Session::builder(&self.env).map_err(|err| load_error(err.to_string()))?;
         if threads.intra_op > 0 {
@@ -66,6 +73,7 @@ impl OnnxRuntime {
                 .with_inter_threads(threads.inter_op)
                 .map_err(|err| load_error(err.to_string()))?;
         }
+        builder = options.apply(builder).map_err(load_error)?;
         builder
             .commit_from_file(path)
             .map_err(|err| load_error(err.to_string()))
