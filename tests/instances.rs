@@ -10,6 +10,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use common::{onnx_runtime, repo_path, TestResult, TestServer};
+use tensorport::backend::onnx::OnnxSessionOptions;
 use tensorport::backend::RuntimeThreads;
 use tensorport::backend::{Backend, BackendError, NamedTensor, OutputTarget, Signature};
 use tensorport::batcher::{BatchSettings, Batcher, Telemetry, ValidRequest};
@@ -98,8 +99,20 @@ async fn two_instances_with_sessions_of_their_own_run_at_once() -> TestResult {
 
 async fn two_requests_at_once(shared: bool) -> TestResult {
     let runtime = onnx_runtime();
-    let model = runtime.load_model(&repo_path(RANKER), RuntimeThreads::default(), 2, shared)?;
-    let alone = runtime.load_model(&repo_path(RANKER), RuntimeThreads::default(), 1, true)?;
+    let model = runtime.load_model(
+        &repo_path(RANKER),
+        RuntimeThreads::default(),
+        &OnnxSessionOptions::default(),
+        2,
+        shared,
+    )?;
+    let alone = runtime.load_model(
+        &repo_path(RANKER),
+        RuntimeThreads::default(),
+        &OnnxSessionOptions::default(),
+        1,
+        true,
+    )?;
     let backend = Arc::new(Rendezvous {
         inner: Arc::new(model),
         expected: 2,
@@ -141,9 +154,20 @@ async fn two_requests_at_once(shared: bool) -> TestResult {
 #[test]
 fn many_threads_running_one_shared_session_each_get_their_own_answers() -> TestResult {
     let runtime = onnx_runtime();
-    let shared =
-        Arc::new(runtime.load_model(&repo_path(RANKER), RuntimeThreads::default(), 4, true)?);
-    let alone = runtime.load_model(&repo_path(RANKER), RuntimeThreads::default(), 1, true)?;
+    let shared = Arc::new(runtime.load_model(
+        &repo_path(RANKER),
+        RuntimeThreads::default(),
+        &OnnxSessionOptions::default(),
+        4,
+        true,
+    )?);
+    let alone = runtime.load_model(
+        &repo_path(RANKER),
+        RuntimeThreads::default(),
+        &OnnxSessionOptions::default(),
+        1,
+        true,
+    )?;
     let signature = alone.signatures()[0].clone();
     let score = ["score".to_owned()];
     let values: Vec<f32> = (0..32).map(|i| i as f32 / 8.0 - 2.0).collect();

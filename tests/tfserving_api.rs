@@ -7,6 +7,7 @@ mod common;
 
 use common::{onnx_runtime, repo_path, TestResult, TestServer};
 use serde_json::{json, Value};
+use tensorport::backend::onnx::OnnxSessionOptions;
 use tensorport::backend::Backend;
 use tensorport::backend::RuntimeThreads;
 use tensorport::batcher::BatchSettings;
@@ -34,6 +35,7 @@ fn reference_scores(values: &[f32], rows: usize) -> Vec<f32> {
         .load_model(
             &repo_path("examples/models/ranker/2/model.onnx"),
             RuntimeThreads::default(),
+            &OnnxSessionOptions::default(),
             1,
             true,
         )

@@ -1,11 +1,11 @@
 //! Reading a model's settings files into its one typed [`ModelConfig`]: `config.toml`, laid
 //! over a Triton `config.pbtxt` in the same folder (see [`super::triton_config`]). Where both
 //! set something, `config.toml` wins, section by section (`[batching]`, `[version_policy]`,
-//! `[instances]`, `[[input]]`/`[[output]]` as a whole, each top-level key).
+//! `[instances]`, `[runtime]` key by key, `[[input]]`/`[[output]]` as a whole, each top-level
+//! key).
 
 use std::path::Path;
 
-use super::declared::RuntimeConfig;
 use super::model_config::{
     ModelConfig, ResponseCacheConfig, VersionPolicyTable, MODEL_CONFIG_FILE,
 };
@@ -86,16 +86,7 @@ impl ModelConfig {
             },
             version_labels: self.version_labels,
             warmup: self.warmup.or(base.warmup),
-            runtime: RuntimeConfig {
-                intra_op_threads: self
-                    .runtime
-                    .intra_op_threads
-                    .or(base.runtime.intra_op_threads),
-                inter_op_threads: self
-                    .runtime
-                    .inter_op_threads
-                    .or(base.runtime.inter_op_threads),
-            },
+            runtime: self.runtime.over(base.runtime),
             input,
             output,
             instances: match (self.instances, base.instances) {
@@ -226,12 +217,14 @@ mod tests {
         std::fs::write(
             dir.join(TRITON_CONFIG_FILE),
             "max_batch_size: 8\ndynamic_batching { }\nversion_policy { all { } }\n\
-             default_model_filename: \"m.onnx\"\ninstance_group [ { count: 3 } ]\n",
+             default_model_filename: \"m.onnx\"\ninstance_group [ { count: 3 } ]\n\
+             parameters { key: \"enable_mem_arena\" value { string_value: \"0\" } }\n\
+             parameters { key: \"enable_mem_pattern\" value { string_value: \"0\" } }\n",
         )
         .map_err(|e| e.to_string())?;
         std::fs::write(
             dir.join(MODEL_CONFIG_FILE),
-            "[batching]\nmax_batch_size = 2\n[instances]\ncount = 1\n",
+            "[batching]\nmax_batch_size = 2\n[instances]\ncount = 1\n[runtime]\ncpu_arena = true\n",
         )
         .map_err(|e| e.to_string())?;
         let config = ModelConfig::load(&dir).map_err(|e| e.to_string());
@@ -241,6 +234,9 @@ mod tests {
         assert_eq!(config.instances.and_then(|i| i.count), Some(1));
         assert_eq!(config.policy(), Ok(VersionPolicy::All));
         assert_eq!(config.model_filename.as_deref(), Some("m.onnx"));
+        // [runtime] key by key: config.toml's arena, config.pbtxt's memory pattern.
+        assert_eq!(config.runtime.cpu_arena, Some(true));
+        assert_eq!(config.runtime.memory_pattern, Some(false));
         Ok(())
     }
 

@@ -1,6 +1,6 @@
 //! The parts of `config.toml` that describe the model rather than how it is served: its
-//! signature (`[[input]]` / `[[output]]`, for formats whose files carry none, like TorchScript)
-//! and its runtime threads (`[runtime]`).
+//! signature (`[[input]]` / `[[output]]`, for formats whose files carry none, like TorchScript).
+//! `[runtime]` is read in `runtime_config`.
 //!
 //! ```toml
 //! [[input]]
@@ -13,17 +13,13 @@
 //! dtype = "FP32"
 //! shape = ["batch", 1]
 //! label_filename = "labels.txt"   # optional: class labels for the classification extension
-//!
-//! [runtime]
-//! intra_op_threads = 2      # default: --intra-op-threads
-//! inter_op_threads = 1      # default: --inter-op-threads
 //! ```
 
 use std::collections::HashSet;
 
 use serde::Deserialize;
 
-use crate::backend::{RuntimeThreads, Signature, TensorSpec, DEFAULT_SIGNATURE};
+use crate::backend::{Signature, TensorSpec, DEFAULT_SIGNATURE};
 use crate::tensor::DataType;
 
 /// One `[[input]]` or `[[output]]` table as written.
@@ -49,24 +45,6 @@ pub struct DeclaredTensor {
 pub enum DeclaredDim {
     Size(i64),
     Named(String),
-}
-
-/// `[runtime]`: thread settings of this model's runtime; absent keys take the server flags.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RuntimeConfig {
-    pub intra_op_threads: Option<usize>,
-    pub inter_op_threads: Option<usize>,
-}
-
-impl RuntimeConfig {
-    /// These settings over the server's defaults.
-    pub fn threads(&self, defaults: RuntimeThreads) -> RuntimeThreads {
-        RuntimeThreads {
-            intra_op: self.intra_op_threads.unwrap_or(defaults.intra_op),
-            inter_op: self.inter_op_threads.unwrap_or(defaults.inter_op),
-        }
-    }
 }
 
 /// What to write in config.toml so a model without a signature in its file can load; the

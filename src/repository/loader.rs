@@ -1,5 +1,6 @@
 //! Turning a version folder into a running backend: which runtime its files need, how many
-//! instances it gets, and the runtime threads it is given.
+//! instances it gets, and the runtime threads (and, for ONNX Runtime, session options) it is
+//! given.
 
 use std::sync::Arc;
 
@@ -87,6 +88,18 @@ impl Loader {
                 )));
             }
         }
+        let onnx_only = config.runtime.onnx_keys();
+        if format != ModelFormat::Onnx && !onnx_only.is_empty() {
+            // Not refused: config.pbtxt's `optimization { graph }` means something to Triton's
+            // other backends too, and a repository Triton serves should serve here.
+            tracing::warn!(
+                folder = %folder.path.display(),
+                keys = %onnx_only.join(", "),
+                "[runtime] settings for ONNX Runtime do not apply to a {} model; it loads \
+                 without them",
+                format.platform()
+            );
+        }
         let backend: Arc<dyn Backend> = match format {
             ModelFormat::Onnx => {
                 let instances = self.instances(config);
@@ -94,7 +107,14 @@ impl Loader {
                     .instances
                     .and_then(|table| table.share_session)
                     .unwrap_or(true);
-                Arc::new(self.onnx.load_model(&path, threads, instances, shared)?)
+                let options = config
+                    .runtime
+                    .onnx_options(&folder.path, &path, config.model_filename.is_some())
+                    .map_err(load_error)?;
+                Arc::new(
+                    self.onnx
+                        .load_model(&path, threads, &options, instances, shared)?,
+                )
             }
             ModelFormat::TorchScript => load_torch(&path, config, threads)?,
             ModelFormat::SavedModel => load_saved_model(&path, threads)?,

@@ -14,7 +14,8 @@
 //!   residency.rs (loads in progress, use order, refusals), loader.rs (folder -> backend),
 //!   charge.rs, budget.rs, confine.rs, scan.rs, warmup.rs, warmup_log.rs.
 //! - Settings: config_files.rs reads config.toml over triton_config.rs's reading of a
-//!   config.pbtxt, both into model_config.rs's one typed config; mlserver_settings.rs reads
+//!   config.pbtxt, both into model_config.rs's one typed config (its `[runtime]` table in
+//!   runtime_config.rs); mlserver_settings.rs reads
 //!   MLServer's model-settings.json over those, and mlserver_layout.rs finds MLServer's model
 //!   folders in a scanned directory; startup.rs, tfs_config.rs and
 //!   tfs_batching.rs read TF Serving's start-up files.
@@ -40,6 +41,7 @@ mod reconcile;
 mod residency;
 mod retire;
 mod rollout;
+mod runtime_config;
 mod scan;
 mod snapshot;
 mod startup;
@@ -62,7 +64,7 @@ pub use confine::{
     check_model_name, resolve_trusted, ConfineError, ModelRoots, MAX_MODEL_NAME_BYTES,
 };
 pub use control::ServedModel;
-pub use declared::{DeclaredDim, DeclaredTensor, RuntimeConfig, SIGNATURE_HELP};
+pub use declared::{DeclaredDim, DeclaredTensor, SIGNATURE_HELP};
 pub use error::{RepositoryError, ResidencyError};
 pub use lifecycle::{BackendDecorator, ModelRepository};
 pub use loader::{Loader, MAX_AUTOMATIC_INSTANCES};
@@ -74,6 +76,7 @@ pub use model_config::{
 pub use rollout::{
     MetricsConfig, Rollout, Shadow, ShadowConfig, Split, TrafficConfig, Weighted, MAX_WEIGHT,
 };
+pub use runtime_config::RuntimeConfig;
 pub use scan::{
     holds_one_model, is_flat, model_file_in, parse_version, scan_model, subfolders, ScanError,
     VersionFolder, EXPECTED_LAYOUT, FLAT_VERSION, ONNX_MODEL_FILE, SAVED_MODEL_FILE,

@@ -18,7 +18,9 @@
 //! shapes = { features = [4, 16] }
 //!
 //! [runtime]                   # threads of the model's runtime (default: the server flags)
-//! intra_op_threads = 2
+//! intra_op_threads = 2        # and ONNX Runtime's session options (default: its own):
+//! graph_optimization = "basic"  # see `runtime_config` for every key
+//! cpu_arena = false
 //!
 //! [instances]                 # batches of one version that run at once (default:
 //! count = 2                   # --instances; 0: automatic, see `Loader::instances`)
@@ -67,8 +69,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::budget::parse_size;
-use super::declared::{self, DeclaredTensor, RuntimeConfig};
+use super::declared::{self, DeclaredTensor};
 use super::rollout::{MetricsConfig, Rollout, TrafficConfig};
+use super::runtime_config::RuntimeConfig;
 use crate::backend::Signature;
 use crate::batcher::BatchSettings;
 use crate::payload_log::{LoggingTable, PayloadLogConfig};

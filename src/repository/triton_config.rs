@@ -16,6 +16,7 @@
 //! | `input` / `output` (`name`, `data_type`, `dims`, `reshape`) | `[[input]]` / `[[output]]`, with a leading batch dimension when `max_batch_size > 0`; checked against the model file when it loads (see `contract`) |
 //! | `output.label_filename` | the labels of the classification extension |
 //! | `instance_group` (`count`, summed over groups) | `[instances] count` |
+//! | `parameters` `share_session_between_instances` (the ONNX Runtime backend's) | `[instances] share_session` (here the default is to share) |
 //! | `version_policy` (`latest`, `all`, `specific`) | `[version_policy]` |
 //! | `default_model_filename` | the model file looked for in each version folder |
 //! | `platform` / `backend` | checked against the model file found |
@@ -140,12 +141,19 @@ impl TritonConfig {
                 );
             }
         }
+        if let Some(shared) =
+            triton_runtime::share_session(parsed).map_err(TritonConfigError::Invalid)?
+        {
+            let instances = config.instances.get_or_insert_with(Default::default);
+            instances.share_session = Some(shared);
+        }
         config.response_cache.enable = parsed.response_cache.as_ref().map(|c| c.enable);
         config.ensemble = ensemble(parsed)?;
         config.warmup = triton_runtime::warmup(parsed, max_batch_size, &mut ignored);
         config.runtime =
             triton_runtime::runtime(parsed, &mut ignored).map_err(TritonConfigError::Invalid)?;
-        triton_runtime::optimization(parsed, &mut ignored);
+        triton_runtime::optimization(parsed, &mut config.runtime, &mut ignored)
+            .map_err(TritonConfigError::Invalid)?;
         ignored.extend(unapplied(parsed));
         Ok(Self { config, ignored })
     }
@@ -353,6 +361,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn share_session_between_instances_maps_to_the_instances() -> Result<(), TritonConfigError> {
+        let own = TritonConfig::parse(
+            "ranker",
+            r#"
+            backend: "onnxruntime"
+            instance_group [ { count: 2 kind: KIND_CPU } ]
+            parameters { key: "share_session_between_instances" value { string_value: "0" } }
+            "#,
+        )?;
+        let instances = own.config.instances.unwrap_or_default();
+        assert_eq!(
+            (instances.count, instances.share_session),
+            (Some(2), Some(false))
+        );
+        assert!(
+            !own.config
+                .ignored
+                .iter()
+                .any(|i| i.contains("share_session")),
+            "{:?}",
+            own.config.ignored
+        );
+        let bad = TritonConfig::parse(
+            "ranker",
+            r#"parameters { key: "share_session_between_instances" value { string_value: "yes" } }"#,
+        );
+        assert!(bad.is_err());
+        Ok(())
+    }
+
+    #[test]
     fn maps_batching_versions_instances_tensors_and_the_file_name() -> Result<(), TritonConfigError>
     {
         let triton = TritonConfig::parse(
@@ -419,7 +458,10 @@ mod tests {
             "m",
             r#"
             name: "other"
-            optimization { graph { level: 1 } }
+            optimization {
+              graph { level: 1 }
+              execution_accelerators { gpu_execution_accelerator: [ { name: "tensorrt" } ] }
+            }
             parameters { key: "threads" value { string_value: "4" } }
             model_warmup [ { name: "w" batch_size: 1 }, { name: "second" } ]
             input [ { name: "x" data_type: TYPE_FP32 dims: [ 2 ] reshape { shape: [ 1, 2 ] } } ]
@@ -434,8 +476,13 @@ mod tests {
         ] {
             assert!(ignored.contains(field), "{field} in {ignored}");
         }
-        // A reshape is applied, not ignored.
+        // A reshape and the graph level are applied, not ignored.
         assert!(!ignored.contains("reshape"), "{ignored}");
+        assert!(!ignored.contains("graph"), "{ignored}");
+        assert_eq!(
+            triton.config.runtime.graph_optimization,
+            Some(crate::backend::onnx::GraphOptimization::Extended)
+        );
         assert_eq!(
             triton.config.input.first().and_then(|t| t.reshape.clone()),
             Some(vec![DeclaredDim::Size(1), DeclaredDim::Size(2)])

@@ -6,12 +6,22 @@
 //! | --- | --- |
 //! | `model_warmup` (first sample: `batch_size`, `inputs` dims, `count`) | `[warmup]`: `count` requests (at least one) of zeros in those shapes |
 //! | `parameters` `intra_op_thread_count` / `inter_op_thread_count` (the ONNX Runtime backend's) | `[runtime] intra_op_threads` / `inter_op_threads` |
-//! | `optimization` | warned: ONNX Runtime runs with its default graph optimizations, on the CPU |
+//! | `parameters` `execution_mode` `"0"` / `"1"` | `[runtime] execution_mode = "sequential"` / `"parallel"` |
+//! | `parameters` `enable_mem_arena`, `enable_mem_pattern` (`"1"` / `"0"`, also `true` / `false`, `on` / `off`) | `[runtime] cpu_arena`, `memory_pattern` |
+//! | `parameters` `session.use_device_allocator_for_initializers` | `[runtime] device_allocator_for_initializers` |
+//! | `parameters` `session.intra_op.allow_spinning`, `session.inter_op.allow_spinning` (ONNX Runtime's own keys) | `[runtime] intra_op_spinning`, `inter_op_spinning` |
+//! | `parameters` `memory.enable_memory_arena_shrinkage` | warned: the arena keeps what it grew to (the memory budget charges it) |
+//! | `optimization { graph { level } }`: `-1`, `1`, `2`, `0` | `[runtime] graph_optimization = "basic"`, `"extended"`, `"disable"`, ONNX Runtime's default (`"all"`); other levels are refused |
+//! | `optimization` accelerators, `cuda`, pinned memory, `priority` | warned: models run on ONNX Runtime's CPU execution provider |
+//!
+//! A boolean or mode that is not one of its values (`enable_mem_arena: "2"`) fails the load,
+//! naming the key and the value, as a thread count that is not a number does.
 
 use std::collections::BTreeMap;
 
-use super::declared::RuntimeConfig;
 use super::model_config::WarmupConfig;
+use super::runtime_config::RuntimeConfig;
+use crate::backend::onnx::{ExecutionMode, GraphOptimization};
 use crate::proto::inference as triton;
 
 /// `[warmup]` from `model_warmup`: the first sample's shapes and count. Triton runs every
@@ -57,8 +67,9 @@ pub fn warmup(
     })
 }
 
-/// The ONNX Runtime backend's thread parameters; every other parameter is named in
-/// `ignored`. A thread count that is not a number is refused.
+/// The ONNX Runtime backend's parameters (threads, execution mode, arena, memory pattern,
+/// initializers' allocator) and ONNX Runtime's own spinning keys; every other parameter is
+/// named in `ignored`. A value that is not of its kind is refused, naming the key and value.
 pub fn runtime(
     parsed: &triton::ModelConfig,
     ignored: &mut Vec<String>,
@@ -66,17 +77,41 @@ pub fn runtime(
     let mut runtime = RuntimeConfig::default();
     let mut unapplied = Vec::new();
     for (key, value) in &parsed.parameters {
+        let text = value.string_value.as_str();
         let threads = || {
-            value.string_value.trim().parse::<usize>().map_err(|_| {
-                format!(
-                    "parameters {key}: \"{}\" is not a thread count",
-                    value.string_value
-                )
-            })
+            text.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("parameters {key}: \"{text}\" is not a thread count"))
         };
+        let flag = || Some(parse_flag(key, text)).transpose();
         match key.as_str() {
             "intra_op_thread_count" => runtime.intra_op_threads = Some(threads()?),
             "inter_op_thread_count" => runtime.inter_op_threads = Some(threads()?),
+            "execution_mode" => {
+                runtime.execution_mode = Some(match text.trim() {
+                    "0" => ExecutionMode::Sequential,
+                    "1" => ExecutionMode::Parallel,
+                    _ => {
+                        return Err(format!(
+                            "parameters {key}: \"{text}\" is not 0 (sequential) or 1 (parallel)"
+                        ))
+                    }
+                });
+            }
+            "enable_mem_arena" => runtime.cpu_arena = flag()?,
+            "enable_mem_pattern" => runtime.memory_pattern = flag()?,
+            "session.use_device_allocator_for_initializers" => {
+                runtime.device_allocator_for_initializers = flag()?;
+            }
+            "session.intra_op.allow_spinning" => runtime.intra_op_spinning = flag()?,
+            "session.inter_op.allow_spinning" => runtime.inter_op_spinning = flag()?,
+            "memory.enable_memory_arena_shrinkage" => ignored.push(format!(
+                "parameters memory.enable_memory_arena_shrinkage (\"{text}\"): the arena is not \
+                 shrunk after runs; it keeps what it grew to, which the model memory budget \
+                 charges"
+            )),
+            // Read with the instances (`share_session`).
+            "share_session_between_instances" => {}
             other => unapplied.push(other),
         }
     }
@@ -87,15 +122,54 @@ pub fn runtime(
     Ok(runtime)
 }
 
-/// `optimization`, named with what it asked for.
-pub fn optimization(parsed: &triton::ModelConfig, ignored: &mut Vec<String>) {
-    let Some(optimization) = &parsed.optimization else {
-        return;
-    };
-    let mut asked = Vec::new();
-    if let Some(graph) = &optimization.graph {
-        asked.push(format!("graph level {}", graph.level));
+/// The ONNX Runtime backend's `share_session_between_instances`: whether the instances of a
+/// version run one session; `None` when the file does not say.
+pub fn share_session(parsed: &triton::ModelConfig) -> Result<Option<bool>, String> {
+    const KEY: &str = "share_session_between_instances";
+    parsed
+        .parameters
+        .get(KEY)
+        .map(|value| parse_flag(KEY, &value.string_value))
+        .transpose()
+}
+
+/// A boolean parameter as Triton's backends read one: 1, true or on; 0, false or off.
+fn parse_flag(key: &str, text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" => Ok(true),
+        "0" | "false" | "off" => Ok(false),
+        _ => Err(format!(
+            "parameters {key}: \"{text}\" is not 1 or 0 (nor true / false, on / off)"
+        )),
     }
+}
+
+/// `optimization`: the graph level as Triton's ONNX Runtime backend reads it, into `runtime`;
+/// the rest named with what it asked for. A level that backend does not take is refused.
+pub fn optimization(
+    parsed: &triton::ModelConfig,
+    runtime: &mut RuntimeConfig,
+    ignored: &mut Vec<String>,
+) -> Result<(), String> {
+    let Some(optimization) = &parsed.optimization else {
+        return Ok(());
+    };
+    if let Some(graph) = &optimization.graph {
+        runtime.graph_optimization = match graph.level {
+            // 0 (also an empty `graph { }`) leaves ONNX Runtime's default, every optimization.
+            0 => None,
+            -1 => Some(GraphOptimization::Basic),
+            1 => Some(GraphOptimization::Extended),
+            2 => Some(GraphOptimization::Disable),
+            level => {
+                return Err(format!(
+                    "optimization graph level {level}: the levels are -1 (basic), 1 (basic and \
+                     extended), 2 (none) and 0 (all, the default)"
+                ))
+            }
+        };
+    }
+    let mut asked = Vec::new();
     if let Some(accelerators) = &optimization.execution_accelerators {
         let names: Vec<&str> = accelerators
             .cpu_execution_accelerator
@@ -114,14 +188,14 @@ pub fn optimization(parsed: &triton::ModelConfig, ignored: &mut Vec<String>) {
     if optimization.priority != 0 {
         asked.push("priority".into());
     }
-    let asked = if asked.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", asked.join("; "))
-    };
-    ignored.push(format!(
-        "optimization{asked}: ONNX Runtime runs with its default graph optimizations, on the CPU"
-    ));
+    if !asked.is_empty() {
+        ignored.push(format!(
+            "optimization ({}): models run on ONNX Runtime's CPU execution provider, without \
+             accelerators, pinned memory or priorities",
+            asked.join("; ")
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -161,14 +235,17 @@ mod tests {
         let config = parsed(
             r#"
             parameters { key: "intra_op_thread_count" value { string_value: "2" } }
-            parameters { key: "enable_mem_arena" value { string_value: "1" } }
+            parameters { key: "cudnn_conv_algo_search" value { string_value: "1" } }
             "#,
         );
         let mut ignored = Vec::new();
         let runtime = runtime(&config, &mut ignored)?;
         assert_eq!(runtime.intra_op_threads, Some(2));
         assert_eq!(runtime.inter_op_threads, None);
-        assert_eq!(ignored, vec!["parameters (enable_mem_arena)".to_owned()]);
+        assert_eq!(
+            ignored,
+            vec!["parameters (cudnn_conv_algo_search)".to_owned()]
+        );
         let bad =
             parsed(r#"parameters { key: "inter_op_thread_count" value { string_value: "two" } }"#);
         let err = super::runtime(&bad, &mut ignored).err().unwrap_or_default();
@@ -182,7 +259,77 @@ mod tests {
             r#"optimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }"#,
         );
         let mut ignored = Vec::new();
-        optimization(&config, &mut ignored);
+        let mut runtime = RuntimeConfig::default();
+        assert_eq!(optimization(&config, &mut runtime, &mut ignored), Ok(()));
         assert!(ignored[0].contains("openvino"), "{ignored:?}");
+        assert_eq!(runtime, RuntimeConfig::default());
+    }
+
+    #[test]
+    fn session_parameters_apply() -> Result<(), String> {
+        let config = parsed(
+            r#"
+            parameters { key: "execution_mode" value { string_value: "1" } }
+            parameters { key: "enable_mem_arena" value { string_value: "0" } }
+            parameters { key: "enable_mem_pattern" value { string_value: "false" } }
+            parameters { key: "session.use_device_allocator_for_initializers" value { string_value: "1" } }
+            parameters { key: "session.intra_op.allow_spinning" value { string_value: "0" } }
+            parameters { key: "session.inter_op.allow_spinning" value { string_value: "ON" } }
+            parameters { key: "memory.enable_memory_arena_shrinkage" value { string_value: "cpu:0" } }
+            "#,
+        );
+        let mut ignored = Vec::new();
+        let runtime = runtime(&config, &mut ignored)?;
+        assert_eq!(runtime.execution_mode, Some(ExecutionMode::Parallel));
+        assert_eq!(runtime.cpu_arena, Some(false));
+        assert_eq!(runtime.memory_pattern, Some(false));
+        assert_eq!(runtime.device_allocator_for_initializers, Some(true));
+        assert_eq!(runtime.intra_op_spinning, Some(false));
+        assert_eq!(runtime.inter_op_spinning, Some(true));
+        assert_eq!(ignored.len(), 1, "{ignored:?}");
+        assert!(
+            ignored[0].contains("memory.enable_memory_arena_shrinkage"),
+            "{ignored:?}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_parameter_value_of_the_wrong_kind_is_refused_naming_key_and_value() {
+        for (key, value) in [
+            ("enable_mem_arena", "2"),
+            ("enable_mem_pattern", "yes please"),
+            ("execution_mode", "parallel"),
+            ("session.intra_op.allow_spinning", ""),
+        ] {
+            let config = parsed(&format!(
+                r#"parameters {{ key: "{key}" value {{ string_value: "{value}" }} }}"#
+            ));
+            let err = runtime(&config, &mut Vec::new()).err().unwrap_or_default();
+            assert!(err.contains(key), "{key}: {err}");
+            assert!(err.contains(&format!("\"{value}\"")), "{key}: {err}");
+        }
+    }
+
+    #[test]
+    fn graph_levels_mean_what_they_mean_to_tritons_onnx_runtime_backend() {
+        for (level, want) in [
+            (-1, Some(GraphOptimization::Basic)),
+            (1, Some(GraphOptimization::Extended)),
+            (2, Some(GraphOptimization::Disable)),
+            (0, None),
+        ] {
+            let config = parsed(&format!("optimization {{ graph {{ level: {level} }} }}"));
+            let mut ignored = Vec::new();
+            let mut runtime = RuntimeConfig::default();
+            assert_eq!(optimization(&config, &mut runtime, &mut ignored), Ok(()));
+            assert_eq!(runtime.graph_optimization, want, "level {level}");
+            assert!(ignored.is_empty(), "{ignored:?}");
+        }
+        let config = parsed("optimization { graph { level: 3 } }");
+        let err = optimization(&config, &mut RuntimeConfig::default(), &mut Vec::new())
+            .err()
+            .unwrap_or_default();
+        assert!(err.contains("level 3"), "{err}");
     }
 }

@@ -36,8 +36,14 @@ TRITON_PORTS = ("--http-port", "--grpc-port", "--metrics-port")
 APPLIED_FIELDS = {"name", "platform", "backend", "max_batch_size", "input", "output",
                   "dynamic_batching", "instance_group", "version_policy", "default_model_filename",
                   "model_warmup"}
-# The ONNX Runtime backend's parameters tensorport applies ([runtime] threads).
-APPLIED_PARAMETERS = {"intra_op_thread_count", "inter_op_thread_count"}
+# The ONNX Runtime backend's parameters tensorport applies ([runtime]: threads and session
+# options).
+APPLIED_PARAMETERS = {"intra_op_thread_count", "inter_op_thread_count", "execution_mode",
+                      "enable_mem_arena", "enable_mem_pattern",
+                      "session.use_device_allocator_for_initializers",
+                      "session.intra_op.allow_spinning", "session.inter_op.allow_spinning"}
+# `optimization` fields tensorport applies ([runtime] graph_optimization).
+APPLIED_OPTIMIZATION_FIELDS = {"graph"}
 APPLIED_TENSOR_FIELDS = {"name", "data_type", "dims", "reshape", "label_filename"}
 APPLIED_BATCHING_FIELDS = {"preferred_batch_size", "max_queue_delay_microseconds",
                            "default_queue_policy", "priority_levels"}
@@ -147,6 +153,9 @@ def unapplied_fields(config: model_config_pb2.ModelConfig) -> list[str]:
     fields = [f.name for f, _ in config.ListFields() if f.name not in APPLIED_FIELDS]
     if set(config.parameters) <= APPLIED_PARAMETERS and "parameters" in fields:
         fields.remove("parameters")
+    if "optimization" in fields and all(f.name in APPLIED_OPTIMIZATION_FIELDS
+                                        for f, _ in config.optimization.ListFields()):
+        fields.remove("optimization")
     for tensor in [*config.input, *config.output]:
         fields += [f.name for f, _ in tensor.ListFields() if f.name not in APPLIED_TENSOR_FIELDS]
     if config.HasField("dynamic_batching"):

@@ -42,6 +42,7 @@ dynamic_batching {
 instance_group [ { count: 2, kind: KIND_CPU } ]
 parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
 parameters { key: "enable_mem_arena" value: { string_value: "1" } }
+parameters { key: "memory.enable_memory_arena_shrinkage" value: { string_value: "cpu:0" } }
 """
 
 FEATURES = np.arange(32, dtype=np.float32).reshape(2, 16) / 32.0
@@ -128,8 +129,10 @@ def test_the_config_endpoint_reports_what_the_model_runs_with(triton_server):
 
 def test_fields_not_applied_are_named_once_in_the_log(triton_server):
     log = triton_server.log()
-    # The ONNX Runtime backend's thread count is applied ([runtime]); the arena switch is not.
-    assert "parameters (enable_mem_arena)" in log, log
+    # The ONNX Runtime backend's thread count and arena switch are applied ([runtime]); the
+    # arena shrinkage after runs is not.
+    assert "parameters memory.enable_memory_arena_shrinkage" in log, log
+    assert "enable_mem_arena" not in log, log
     assert "intra_op_thread_count" not in log, log
     assert log.count("config.pbtxt sets fields this server does not apply") == 2, log  # once per version
 

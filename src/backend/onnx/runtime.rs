@@ -7,6 +7,7 @@ use ort::session::Session;
 
 use super::arena::Instance;
 use super::model::OnnxModel;
+use super::options::OnnxSessionOptions;
 use super::types::specs;
 use crate::backend::{BackendError, RuntimeThreads, Signature, DEFAULT_SIGNATURE};
 
@@ -36,11 +37,12 @@ impl OnnxRuntime {
         &self,
         path: &Path,
         threads: RuntimeThreads,
+        options: &OnnxSessionOptions,
         instances: usize,
         shared: bool,
     ) -> Result<OnnxModel, BackendError> {
         let load_error = |message: String| BackendError::load(path, message);
-        let first = self.session(path, threads)?;
+        let first = self.session(path, threads, options)?;
         let signature = Signature {
             name: DEFAULT_SIGNATURE.to_owned(),
             inputs: specs(first.inputs()).map_err(load_error)?,
@@ -50,12 +52,17 @@ impl OnnxRuntime {
         let mut loaded = Vec::with_capacity(sessions);
         loaded.push(Instance::new(first).map_err(load_error)?);
         for _ in 1..sessions {
-            loaded.push(Instance::new(self.session(path, threads)?).map_err(load_error)?);
+            loaded.push(Instance::new(self.session(path, threads, options)?).map_err(load_error)?);
         }
         OnnxModel::new(loaded, shared, signature).map_err(load_error)
     }
 
-    fn session(&self, path: &Path, threads: RuntimeThreads) -> Result<Session, BackendError> {
+    fn session(
+        &self,
+        path: &Path,
+        threads: RuntimeThreads,
+        options: &OnnxSessionOptions,
+    ) -> Result<Session, BackendError> {
         let load_error = |message: String| BackendError::load(path, message);
         let mut builder = Session::builder(&self.env).map_err(|err| load_error(err.to_string()))?;
         if threads.intra_op > 0 {
@@ -68,6 +75,7 @@ impl OnnxRuntime {
                 .with_inter_threads(threads.inter_op)
                 .map_err(|err| load_error(err.to_string()))?;
         }
+        builder = options.apply(builder).map_err(load_error)?;
         builder
             .commit_from_file(path)
             .map_err(|err| load_error(err.to_string()))
