@@ -11,10 +11,12 @@ RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
 ORT_REQUIREMENT = $(shell grep '^onnxruntime==' requirements-dev.txt)
 MLSERVER_VENV := .cache/mlserver
 MLSERVER_STAMP := $(MLSERVER_VENV)/.installed
-# Native Triton 2.51 with its ONNX Runtime backend, the peer of the pipeline benchmark, set up
-# by the workspace's shared tool (override TRITON_SETUP to point at another copy).
+# Native Triton 2.51 with its ONNX Runtime backend, the peer of the pipeline and Triton
+# benchmarks, set up by the workspace's shared tool (override TRITON_SETUP to point at another copy).
 TRITON_ONNX := .cache/triton-onnx
 TRITON_SETUP ?= ../shared/tools/setup-triton-onnx.sh
+# `make bench` runs the Triton comparison too where Triton is installed or can be.
+TRITON_AVAILABLE = $(shell [ -x $(TRITON_ONNX)/start-triton.sh ] || [ -x "$(TRITON_SETUP)" ] && echo yes)
 MODEL_DIR ?= examples/models
 GRPC_PORT ?= 8500
 REST_PORT ?= 8501
@@ -42,7 +44,7 @@ KSERVE_WHEEL := $(KSERVE_WHEEL_DIR)/kserve-$(KSERVE_VERSION)-py3-none-any.whl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: serve serve-all runtime test venv build release lint fmt models torch-fixtures tf-fixtures \
-	perf-analyzer bench bench-quick bench-all bench-build bench-overload bench-pipeline triton-onnx mlserver clean tools \
+	perf-analyzer bench bench-quick bench-all bench-build bench-overload bench-pipeline bench-triton triton-onnx mlserver clean tools \
 	deploy-check image-check libtorch libtensorflow test-under-load
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
@@ -134,9 +136,12 @@ $(PERF_ANALYZER): scripts/setup-perf-analyzer.sh
 	scripts/setup-perf-analyzer.sh $(dir $(PERF_ANALYZER)) $(PYTHON)
 
 ## bench: release build, then tensorport, MLServer and the in-process floor side by side on
-## loopback (about 15 minutes); the tables go into docs/BENCHMARKS.md
-bench: venv perf-analyzer mlserver bench-build
+## loopback (about 15 minutes), then against native Triton where it is installed or installable
+## (bench-triton, about 5 minutes more); the tables go into docs/BENCHMARKS.md
+bench: venv perf-analyzer mlserver bench-build $(if $(TRITON_AVAILABLE),triton-onnx)
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench.py
+	$(if $(TRITON_AVAILABLE),$(PY) scripts/bench_triton.py --triton $(TRITON_ONNX),\
+	@echo "no native Triton ($(TRITON_SETUP) missing): scripts/bench_triton.py skipped")
 
 ## bench-quick: a subset of the matrix in about two minutes, printed (docs/BENCHMARKS.md untouched)
 bench-quick: venv perf-analyzer mlserver bench-build
@@ -153,6 +158,11 @@ bench-all: bench $(call native_libs,$(ALL_FEATURES))
 ## the table goes into docs/BENCHMARKS.md
 bench-pipeline: venv bench-build triton-onnx
 	$(PY) scripts/bench_pipeline.py --triton $(TRITON_ONNX)
+
+## bench-triton: tensorport and native Triton alternating on the same .onnx files, KServe
+## protocol (about 5 minutes); the table goes into docs/BENCHMARKS.md ("Against native Triton")
+bench-triton: venv bench-build triton-onnx
+	$(PY) scripts/bench_triton.py --triton $(TRITON_ONNX)
 
 ## triton-onnx: native Triton with its ONNX Runtime backend in .cache/triton-onnx (about 500 MB)
 triton-onnx: $(TRITON_ONNX)/start-triton.sh

@@ -134,13 +134,13 @@ def write_memory_repository(root: Path) -> None:
 
 
 class Triton:
-    def __init__(self, home: Path, repo: Path, log: Path, extra: list[str]):
+    def __init__(self, home: Path, repo: Path, log: Path, extra: list[str], cpu: str | None = bench.SERVER_CPU):
         self.port = bench.free_port()
         while bench.free_port() in (self.port + 1, self.port + 2):
             self.port = bench.free_port()
         self.rest, self.grpc = f"127.0.0.1:{self.port}", f"127.0.0.1:{self.port + 1}"
         out = log.open("w")
-        command = bench.pinned(bench.SERVER_CPU, [str(home / "start-triton.sh"), str(repo), str(self.port), *extra])
+        command = bench.pinned(cpu, [str(home / "start-triton.sh"), str(repo), str(self.port), *extra])
         self.proc = subprocess.Popen(command, stdout=out, stderr=out, start_new_session=True)
         deadline = time.time() + 180
         while time.time() < deadline:
