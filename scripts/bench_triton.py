@@ -70,9 +70,10 @@ THREADS_PBTXT = ('parameters { key: "intra_op_thread_count" value: { string_valu
 
 def ranking_config_toml() -> str:
     """tensorport's config.toml for the 1,000-row cells: two instances, as Triton's
-    instance_group count 2, and batches of up to 1,024 rows."""
+    instance_group count 2, batches of up to 1,024 rows, and requests of more than 500 rows
+    cut in two so that both instances run one at once."""
     return ("[instances]\ncount = 2\n\n" + THREADS_TOML
-            + "\n[batching]\nmax_batch_size = 1024\n")
+            + "\n[batching]\nmax_batch_size = 1024\nsplit_rows = 500\n")
 
 
 def ranking_mlp() -> bytes:

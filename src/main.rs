@@ -218,6 +218,9 @@ fn serve(
             .models
             .response_cache_bytes()
             .map(|bytes| Arc::new(tensorport::cache::ResponseCache::new(bytes)));
+        if args.models.model_memory_budget.is_none() {
+            tensorport::repository::keep_freed_memory_for_reuse();
+        }
         let repository = ModelRepository::new(&model_dir, loader)
             .with_response_cache(response_cache)
             .with_memory_budget(args.models.model_memory_budget)

@@ -86,3 +86,4 @@ pub use snapshot::{LoadedModel, ModelRecord, Residence, Snapshot, VersionState};
 pub use startup::{watch_model_config_file, ModelList, ModelSource, StartupError};
 pub use tfs_batching::{TfsBatching, TfsBatchingError};
 pub use tfs_config::{read_model_config_file, served_models, ModelConfigFileError};
+pub use trim::keep_freed_memory_for_reuse;

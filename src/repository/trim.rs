@@ -1,4 +1,5 @@
-//! Hands memory freed by an eviction back to the operating system.
+//! Hands memory freed by an eviction back to the operating system, or, without a budget,
+//! keeps memory freed by one request for the next.
 //!
 //! glibc's malloc keeps freed memory in its arenas for reuse, and two of its habits keep an
 //! evicted session's memory resident, so that the process grows far past
@@ -23,6 +24,16 @@
 //! ONNX Runtime's arena or a request allocates: loads get slower. An operator's own
 //! `MALLOC_MMAP_THRESHOLD_` (or glibc tunable) is left alone. Other C libraries have no such
 //! calls (musl returns large allocations by itself), so elsewhere these do nothing.
+//!
+//! Without a budget, [`keep_freed_memory_for_reuse`] does the opposite for the serving
+//! process: a request of a megabyte of tensors allocates buffers of its size on the way in
+//! (the body, gRPC's message buffer), and glibc handed them back to the kernel when they
+//! were freed (a mapping of their own below the dynamic threshold, or a trimmed arena top),
+//! so every such request faulted its buffers in again: 12% of the server's CPU time at one
+//! client on 1,000-row ranking requests (`perf record`: `exc_page_fault` and memcg charges
+//! under the body's and tonic's copies). Blocks up to 32 MiB then come from the arenas, and
+//! an arena keeps up to 64 MiB of free top for the next request (docs/BENCHMARKS.md,
+//! "Against native Triton").
 #![allow(unsafe_code)]
 
 /// Blocks of at least this many bytes get a mapping of their own under a budget.
@@ -63,3 +74,38 @@ pub(super) fn return_large_allocations() {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub(super) fn return_large_allocations() {}
+
+/// Blocks below this many bytes come from the arenas when freed memory is kept (glibc's
+/// largest mapping threshold).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const ARENA_BLOCKS_UP_TO: libc::c_int = 32 << 20;
+
+/// Free memory an arena keeps at its top when freed memory is kept.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const KEPT_ARENA_TOP: libc::c_int = 64 << 20;
+
+/// Keeps memory freed by a request's large buffers in malloc's arenas for the next request,
+/// for a serving process without a memory budget; unless the operator has set glibc's
+/// thresholds. Called once, by the server's `main` only: the setting is the process's, and
+/// a library user (a test binary running servers with and without budgets) keeps its own.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn keep_freed_memory_for_reuse() {
+    let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
+        || std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_some()
+        || tunables.contains("glibc.malloc.mmap_threshold")
+        || tunables.contains("glibc.malloc.trim_threshold")
+    {
+        return;
+    }
+    // SAFETY: as in `return_large_allocations`: mallopt takes no pointer and may be called
+    // from any thread; both values are within glibc's limits (32 MiB is the largest mapping
+    // threshold it takes).
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, ARENA_BLOCKS_UP_TO);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_ARENA_TOP);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn keep_freed_memory_for_reuse() {}
