@@ -255,6 +255,26 @@ mod tests {
         Ok(())
     }
 
+    /// The batching parameters TF Serving's own test of large-batch splitting uses
+    /// (tensorflow/serving, tensorflow_serving/servables/tensorflow/
+    /// saved_model_bundle_factory_test.cc, `Batching`: a request of 3 rows runs as batches of
+    /// at most 2), with its capitalised booleans.
+    #[test]
+    fn tf_servings_own_splitting_parameters_split_at_the_execution_size() -> Result<(), String> {
+        let mapped = parse(
+            "max_batch_size { value: 4 }\n    enable_large_batch_splitting { value: True }\n    \
+             max_execution_batch_size { value: 2 }",
+        )?;
+        assert_eq!(mapped.settings.split_rows, 2);
+        assert_eq!(mapped.settings.max_batch_size, 4);
+        let off = parse(
+            "max_batch_size { value: 4 }\n    enable_large_batch_splitting { value: False }",
+        )?;
+        assert_eq!(off.settings.split_rows, 0);
+        assert!(off.ignored.is_empty(), "{:?}", off.ignored);
+        Ok(())
+    }
+
     #[test]
     fn an_empty_file_gives_tf_servings_defaults() -> Result<(), String> {
         let mapped = parse("")?;

@@ -294,3 +294,40 @@ def test_a_triton_command_line_serves_its_repository(tmp_path):
         rows = triton_grpc.InferInput("x", list(ROWS.shape), "FP32")
         rows.set_data_from_numpy(ROWS)
         np.testing.assert_allclose(client.infer("adder", [rows]).as_numpy("y"), ROWS.sum(axis=1))
+
+
+# TF Serving's own large-batch-splitting parameters, as its test of the batching session writes
+# them (tensorflow/serving, tensorflow_serving/servables/tensorflow/
+# saved_model_bundle_factory_test.cc, `Batching`): a request of 3 rows runs as batches of at
+# most 2.
+SPLITTING = """\
+max_batch_size { value: 4 }
+enable_large_batch_splitting { value: True }
+max_execution_batch_size { value: 2 }
+"""
+
+
+def test_tf_servings_large_batch_splitting_runs_a_request_as_pieces(tmp_path):
+    models = tmp_path / "models"
+    copy_model("echo_float32", models / "echo")
+    batching = tmp_path / "batching.txt"
+    batching.write_text(SPLITTING)
+    args = ["--port=0", "--rest_api_port=0", "--model_name=echo", f"--model_base_path={models / 'echo'}",
+            "--enable_batching", f"--batching_parameters_file={batching}"]
+    with running(tmp_path / "tfs.log", args) as server:
+        stats_url = f"{server.rest_url}/v2/models/echo/stats"
+
+        def counts() -> tuple[int, int]:
+            stats = requests.get(stats_url, timeout=10).json()["model_stats"][0]
+            return stats["execution_count"], stats["inference_count"]
+
+        before = counts()
+        echoed, _ = tfs_predict(server.grpc_target, "echo", ROWS)
+        # The answer is the request's own rows, in order, from two runs: 2 rows and 1.
+        np.testing.assert_array_equal(echoed, ROWS)
+        after = counts()
+        assert (after[0] - before[0], after[1] - before[1]) == (2, 3), (before, after)
+        # A request within the execution size runs once.
+        echoed, _ = tfs_predict(server.grpc_target, "echo", ROWS[:2])
+        np.testing.assert_array_equal(echoed, ROWS[:2])
+        assert counts()[0] - after[0] == 1
