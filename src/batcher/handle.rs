@@ -26,6 +26,7 @@ use tracing::Span;
 
 use super::channel::{release, Message, Reply};
 use super::execute::{answer, panicked, Run};
+use super::instances::RunPlace;
 use super::policy::BatchPolicy;
 use super::request::Parts;
 use super::runner::Runner;
@@ -217,7 +218,8 @@ impl BatcherHandle {
         // and the instance comes back either way.
         let started = std::time::Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            self.runner.run(instance, run, vec![inputs])
+            self.runner
+                .run(instance, RunPlace::Inline, run, vec![inputs])
         }));
         if let Some(trace) = &trace {
             let detail = SpanDetail::Batch { size: 1, instance };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::execute::{execute, Outcome, Run};
-use super::instances::Instances;
+use super::instances::{Instances, RunPlace};
 use super::telemetry::Telemetry;
 use crate::backend::{Backend, NamedTensor};
 use crate::metrics::{ModelMetrics, SecondsCounter};
@@ -87,10 +87,11 @@ impl Runner {
 
     /// Runs one batch on the current thread as instance `instance` (which the caller has
     /// taken), and records its busy time, its execution and its duration in the run-time
-    /// estimate. The caller gives the instance back.
+    /// estimate, as run at `place`. The caller gives the instance back.
     pub(super) fn run(
         &self,
         instance: usize,
+        place: RunPlace,
         run: Run<'_>,
         requests: Vec<Vec<NamedTensor>>,
     ) -> Outcome {
@@ -116,7 +117,7 @@ impl Runner {
             self.telemetry.stats.record_execution(inferences);
             self.histograms.observe_execution(took, inferences);
         }
-        self.instances.record(took, inferences);
+        self.instances.record(took, inferences, place);
         outcome
     }
 }

@@ -22,6 +22,7 @@ use super::error::{BatchError, BatcherError};
 use super::execute::{answers, panicked, Outcome, Run};
 use super::gather::{batch_key, BatchKey};
 use super::instance_threads::{InstanceThreads, LONG_RUN};
+use super::instances::RunPlace;
 use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
 use super::request::Parts;
 use super::runner::Runner;
@@ -311,7 +312,7 @@ impl Batcher {
                         rows: &rows,
                         inferences,
                     };
-                    runner.run(instance, run, requests)
+                    runner.run(instance, RunPlace::Queued, run, requests)
                 })
             })
         });
