@@ -34,13 +34,26 @@ use tokio::sync::Notify;
 /// the same model at the same load ran inline or queued from one start to the next (a p50 of
 /// 150 us or of 700 us at concurrency 1). Inline runs still raise the estimate as they come,
 /// and they alone decide whether the network thread is held too long.
+///
+/// A model estimated over the bound runs queued, where its runs cannot show that it would be
+/// fast inline. So a model estimated at most [`PROBE_FACTOR`] times the bound runs one request
+/// in [`PROBE_EVERY`] inline anyway, to be measured where the bound applies: a fast model
+/// comes back inline after a few probes, and a slow one holds the network thread for at most
+/// that many times the bound, once in that many requests.
 #[derive(Debug, Default)]
 pub(super) struct RunEstimate {
     /// Mean seconds and rows per run; `None` until the first run is measured.
     mean: Option<(f64, f64)>,
     /// Whether a run has been measured inline.
     inline_measured: bool,
+    /// Requests turned away from running inline since the last probe.
+    declined: u32,
 }
+
+/// A model estimated at most this many times the inline bound is probed inline now and then.
+const PROBE_FACTOR: u32 = 4;
+/// One request in this many of a probed model runs inline.
+const PROBE_EVERY: u32 = 64;
 
 /// Where a run happened: on the caller's thread, or on a blocking thread from the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,8 +92,29 @@ impl RunEstimate {
 
     /// Whether a run of `rows` rows is expected to finish within `bound`. An unmeasured model
     /// never is.
-    pub(super) fn within(&self, rows: u64, bound: Duration) -> bool {
+    #[cfg(test)]
+    fn within(&self, rows: u64, bound: Duration) -> bool {
         self.predict(rows).is_some_and(|took| took <= bound)
+    }
+
+    /// Whether a request of `rows` rows may run inline: expected within `bound`, or due for
+    /// a probe. An unmeasured model never may.
+    pub(super) fn admits_inline(&mut self, rows: u64, bound: Duration) -> bool {
+        let Some(expected) = self.predict(rows) else {
+            return false;
+        };
+        if expected <= bound {
+            return true;
+        }
+        if expected > bound.saturating_mul(PROBE_FACTOR) {
+            return false;
+        }
+        self.declined += 1;
+        if self.declined < PROBE_EVERY {
+            return false;
+        }
+        self.declined = 0;
+        true
     }
 }
 
@@ -123,10 +157,11 @@ impl Instances {
     }
 
     /// Takes the lowest free instance for a run of `rows` rows on the caller's thread, if
-    /// one is free and the run is expected to finish within `bound`.
+    /// one is free and the run is expected to finish within `bound` (or is due for a probe,
+    /// see [`RunEstimate`]).
     pub(super) fn take_for_inline(&self, rows: u64, bound: Duration) -> Option<usize> {
         let mut state = self.state();
-        if state.estimate.within(rows, bound) {
+        if state.estimate.admits_inline(rows, bound) {
             state.free.pop()
         } else {
             None
@@ -229,6 +264,36 @@ mod tests {
         let before = estimate.predict(1);
         estimate.record(900 * US, 1, RunPlace::Inline);
         assert!(estimate.predict(1) > before);
+    }
+
+    #[test]
+    fn a_model_a_little_over_the_bound_is_probed_inline_and_a_slow_one_never() {
+        let bound = 50 * US;
+        let mut estimate = RunEstimate::default();
+        assert!(!estimate.admits_inline(1, Duration::MAX), "unmeasured");
+        estimate.record(90 * US, 1, RunPlace::Queued);
+        let admitted: Vec<bool> = (0..2 * PROBE_EVERY)
+            .map(|_| estimate.admits_inline(1, bound))
+            .collect();
+        let probes: Vec<usize> = (admitted.iter().enumerate())
+            .filter_map(|(at, &inline)| inline.then_some(at))
+            .collect();
+        let every = PROBE_EVERY as usize;
+        assert_eq!(probes, vec![every - 1, 2 * every - 1]);
+        // Probed inline and found fast, it runs inline again within a few probes.
+        let mut probes_needed = 0;
+        while !estimate.within(1, bound) {
+            estimate.record(27 * US, 1, RunPlace::Inline);
+            // The queued runs in between are slower, and not folded in.
+            estimate.record(90 * US, 1, RunPlace::Queued);
+            probes_needed += 1;
+        }
+        assert!(probes_needed <= 8, "{probes_needed} probes");
+        assert!(estimate.admits_inline(1, bound));
+        // Past four times the bound there is no probe.
+        let mut slow = RunEstimate::default();
+        slow.record(201 * US, 1, RunPlace::Queued);
+        assert!((0..4 * PROBE_EVERY).all(|_| !slow.admits_inline(1, bound)));
     }
 
     #[test]
