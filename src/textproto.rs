@@ -15,8 +15,8 @@ use crate::proto::FILE_DESCRIPTOR_SET;
 /// The compiled-in descriptors, decoded once: a constant of the binary like the bytes it is
 /// decoded from, not state. The repository poll parses every model's `config.pbtxt` every two
 /// seconds; decoded per parse, the poll of a folder of six models took 2.6% of a core under
-/// load (three quarters of it decoding), growing with every model. `None` only if the
-/// embedded bytes are not a descriptor set, a build problem.
+/// load, growing with every model, and 0.04% decoded once (perf, docs/BENCHMARKS.md). `None`
+/// only if the embedded bytes are not a descriptor set, a build problem.
 static POOL: LazyLock<Option<DescriptorPool>> =
     LazyLock::new(|| DescriptorPool::decode(FILE_DESCRIPTOR_SET).ok());
 
