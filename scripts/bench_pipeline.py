@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -288,6 +289,28 @@ def best(results, server, cell, key="inferences_per_s", pick=max):
     return pick(values) if values else None
 
 
+def paired(results, server, cell, base):
+    """`cell`'s throughput over `base`'s, per round of `server` (both measured in that round,
+    one after the other, so that the machine's drift between rounds moves both alike)."""
+    rounds = sorted({r["round"] for r in results if r["server"] == server})
+    out = []
+    for round_ in rounds:
+        a, b = ([r["inferences_per_s"] for r in results if r["server"] == server and r["round"] == round_
+                 and r["cell"] == c and "failed" not in r and r.get("error_count", 0) == 0] for c in (cell, base))
+        if a and b and b[0]:
+            out.append(a[0] / b[0])
+    return out
+
+
+def paired_text(ratios, best_ratio):
+    """The median of per-round ratios, each round's, and the best-of ratio beside them."""
+    if not ratios:
+        return best_ratio
+    median = statistics.median(ratios)
+    rounds = ", ".join(f"{r:.2f}x" for r in ratios)
+    return f"{median:.2f}x, the median of the rounds' {rounds} (best of each cell: {best_ratio})"
+
+
 def figure(value, digits=0, unit=""):
     return "failed" if value is None else f"{value:,.{digits}f}{unit}"
 
@@ -305,7 +328,8 @@ def render(args, results: list[dict], memory: dict, elapsed: float) -> str:
     lines = [
         BEGIN,
         f"Command: `{args.command}` ({elapsed / 60:.0f} minutes; best of {args.rounds} alternated rounds, "
-        f"{args.duration:g} s per cell). KServe gRPC, one request of {CANDIDATES} candidates x "
+        f"{args.duration:g} s per cell; a ratio of two tensorport cells is also given per round, both "
+        f"cells measured one after the other in it, and as the median of those). KServe gRPC, one request of {CANDIDATES} candidates x "
         f"{pipeline.FEATURES} features, servers pinned to core 0, tensorport-loadgen on core 1; native "
         "Triton 2.51 with its ONNX Runtime backend (../shared/tools/setup-triton-onnx.sh), the same "
         "folder and config.pbtxt files for both (one instance, one intra-op and one inter-op thread per model).",
@@ -339,15 +363,20 @@ def render(args, results: list[dict], memory: dict, elapsed: float) -> str:
         f"| ensemble throughput / native Triton's ensemble (c=8) | "
         f"{ratio(tput[('tensorport', 'ensemble c8')], tput[('triton', 'ensemble c8')])} | at least 1.5x |",
         f"| ensemble throughput / tensorport's one model doing the same work (c=8) | "
-        f"{ratio(tput[('tensorport', 'ensemble c8')], tput[('tensorport', 'fused c8')])} | at least 0.80x |",
+        + paired_text(paired(results, "tensorport", "ensemble c8", "fused c8"),
+                      ratio(tput[('tensorport', 'ensemble c8')], tput[('tensorport', 'fused c8')]))
+        + " | at least 0.80x |",
         f"| c=1 overhead: (ensemble p50 - steps' floors) / (one model's p50 - its floor) | "
         f"{figure(ens_over, 1)} us / {figure(one_over, 1)} us = {ratio(ens_over, one_over)} "
         f"(Triton: {figure(tri_ens_over, 1)} / {figure(tri_one_over, 1)} us = {ratio(tri_ens_over, tri_one_over)}) "
         "| at most 1.3x |",
         f"| cache hit throughput / the uncached model's (c=8; {CANDIDATES} candidates, then {LARGE}) | "
-        f"{ratio(tput[('tensorport', 'cached c8')], tput[('tensorport', 'fused c8')])}, "
-        f"{ratio(tput[('tensorport', 'cached large c8')], tput[('tensorport', 'fused large c8')])}"
-        " | at least 1.5x |",
+        + paired_text(paired(results, "tensorport", "cached c8", "fused c8"),
+                      ratio(tput[('tensorport', 'cached c8')], tput[('tensorport', 'fused c8')]))
+        + "; "
+        + paired_text(paired(results, "tensorport", "cached large c8", "fused large c8"),
+                      ratio(tput[('tensorport', 'cached large c8')], tput[('tensorport', 'fused large c8')]))
+        + " | at least 1.5x |",
         f"| resident memory after {memory['offered_mib']:,.0f} MiB of distinct answers into a "
         f"{memory['cache_mib']:,.0f} MiB cache, less the same server's growth without it | "
         f"+{(memory['after_kib'] - memory['before_kib']) / 1024:,.1f} MiB - "
