@@ -26,7 +26,8 @@ use tokio::sync::Notify;
 /// overcharges the fixed part.
 ///
 /// The estimate decides whether a request may run inline, so once a run has been measured
-/// inline, a run from the queue may only lower it. A queued run of a small model is slower
+/// inline, a run from the queue may only lower it, and only one no larger than the average
+/// (see [`RunEstimate::lowered_by`]). A queued run of a small model is slower
 /// than the same run inline: it starts on a blocking thread after a hand-off, when the
 /// request's bytes and the session's state have left the caches (measured: 90 us against 27
 /// us for one 10-row request of a three-layer ranking graph). Folded in as they came, those
@@ -69,8 +70,7 @@ impl RunEstimate {
     pub(super) fn record(&mut self, took: Duration, rows: u64, place: RunPlace) {
         if place == RunPlace::Inline {
             self.inline_measured = true;
-        } else if self.inline_measured && self.predict(rows).is_some_and(|expected| took > expected)
-        {
+        } else if self.inline_measured && !self.lowered_by(took, rows) {
             return;
         }
         let (seconds, rows) = (took.as_secs_f64(), rows.max(1) as f64);
@@ -81,6 +81,19 @@ impl RunEstimate {
                 mean_rows + (rows - mean_rows) * NEWEST_WEIGHT,
             ),
         });
+    }
+
+    /// Whether a queued run of `rows` rows that took `took` may fold into an estimate that
+    /// inline runs have set: one no larger than the average run, and no slower than predicted.
+    /// A merged batch is larger: folded in, it would charge a lone request the batch's time
+    /// (a smaller request is charged the whole average), and under load that kept a fast model
+    /// over the bound and queued even once the load had gone.
+    fn lowered_by(&self, took: Duration, rows: u64) -> bool {
+        let Some((_, mean_rows)) = self.mean else {
+            return true;
+        };
+        rows as f64 <= mean_rows.ceil()
+            && self.predict(rows).is_some_and(|expected| took <= expected)
     }
 
     /// How long a run of `rows` rows is expected to take; `None` before any run was measured.
@@ -257,7 +270,10 @@ mod tests {
         // A slow (cold) queued run is not folded in...
         estimate.record(900 * US, 1, RunPlace::Queued);
         assert_eq!(estimate.predict(1), after_inline);
-        // ...a fast one is,
+        // ...nor a merged batch of more rows than the average run, however fast per row,
+        estimate.record(70 * US, 8, RunPlace::Queued);
+        assert_eq!(estimate.predict(1), after_inline);
+        // ...a fast one of the usual size is,
         estimate.record(10 * US, 1, RunPlace::Queued);
         assert!(estimate.predict(1) < after_inline);
         // and a slow inline run raises it, as inline runs are what the bound protects.
