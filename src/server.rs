@@ -229,13 +229,14 @@ fn metrics_app(
 
 /// Every gRPC service, each refusing messages over `limit` bytes. gzip messages are accepted
 /// (tonic counts their inflated size against `limit`), and the reply to a gzipped request is
-/// gzipped (see [`grpc_compression`]).
+/// gzipped (see [`grpc_compression`]). Uncompressed `ModelInfer` calls are decoded in place,
+/// in front of tonic ([`kserve::grpc::InPlaceModelInfer`]).
 fn grpc_routes(
     infer: &Arc<InferService>,
     health: &Arc<Health>,
     overload: &Overload,
     options: &ServerOptions,
-) -> tonic::service::Routes {
+) -> kserve::grpc::InPlaceModelInfer {
     let limit = options.max_request_bytes;
     let tf = tfserving::grpc::TfServingGrpc::new(infer.clone(), options.predict_response);
     // A stream's messages pass the overload stack one by one, inside the route.
@@ -246,7 +247,7 @@ fn grpc_routes(
         options.log_settings.clone(),
         options.trace_settings.clone(),
     );
-    tonic::service::Routes::new(health.grpc_service())
+    let routes = tonic::service::Routes::new(health.grpc_service())
         .add_service(
             PredictionServiceServer::new(tf.clone())
                 .accept_compressed(Gzip)
@@ -262,13 +263,14 @@ fn grpc_routes(
                 .max_encoding_message_size(usize::MAX),
         )
         .add_service(
-            GrpcInferenceServiceServer::new(kserve_grpc)
+            GrpcInferenceServiceServer::new(kserve_grpc.clone())
                 .accept_compressed(Gzip)
                 .send_compressed(Gzip)
                 .max_decoding_message_size(limit)
                 .max_encoding_message_size(usize::MAX),
         )
-        .prepare()
+        .prepare();
+    kserve::grpc::InPlaceModelInfer::new(kserve_grpc, limit, routes)
 }
 
 /// Serves until `shutdown` resolves, then drains as the module documentation says.

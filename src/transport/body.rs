@@ -77,11 +77,13 @@ impl Received {
 
     /// Reads `body` to its end, or until more than `limit` bytes have come: the application
     /// then reads the rest and refuses the request with its own error for an oversized body,
-    /// as it would have without this read.
+    /// as it would have without this read. A body of several frames is joined `lead(first
+    /// frame)` bytes into its buffer (see `placement.rs`).
     pub async fn read(
         mut body: Incoming,
         limit: usize,
         budget: &ReceiveBudget,
+        lead: impl Fn(&[u8]) -> usize,
     ) -> Result<Self, ReadError> {
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
         let mut data = Gathered::default();
@@ -107,7 +109,7 @@ impl Received {
                             (held, share) => *held = held.take().or(share),
                         }
                     }
-                    data.push(chunk);
+                    data.push(chunk, &lead);
                 }
                 Err(other) => trailers.push_back(other),
             }
@@ -146,29 +148,37 @@ impl Received {
 /// message buffer both copy frames into one buffer, and both take a single frame as it is).
 /// A body that came in one frame keeps it; from the second frame on, each is copied into one
 /// buffer as it arrives and released at once, so the body is never held twice and hyper
-/// reuses its read buffer instead of allocating a fresh one per frame.
+/// reuses its read buffer instead of allocating a fresh one per frame. The joined body starts
+/// `lead` bytes into its buffer, so that the tensor bytes inside it can land aligned.
 #[derive(Default)]
 enum Gathered {
     #[default]
     Nothing,
     One(Bytes),
-    Joined(Vec<u8>),
+    Joined {
+        buffer: Vec<u8>,
+        lead: usize,
+    },
 }
 
 impl Gathered {
-    fn push(&mut self, chunk: Bytes) {
+    fn push(&mut self, chunk: Bytes, lead: impl Fn(&[u8]) -> usize) {
         *self = match std::mem::take(self) {
             Gathered::Nothing => Gathered::One(chunk),
             Gathered::One(first) => {
+                let lead = lead(&first);
                 // Sized by what has arrived, never by what the client announced.
-                let mut joined = Vec::with_capacity(first.len().saturating_add(chunk.len()));
-                joined.extend_from_slice(&first);
-                joined.extend_from_slice(&chunk);
-                Gathered::Joined(joined)
+                let mut buffer = Vec::with_capacity(
+                    lead.saturating_add(first.len()).saturating_add(chunk.len()),
+                );
+                buffer.resize(lead, 0);
+                buffer.extend_from_slice(&first);
+                buffer.extend_from_slice(&chunk);
+                Gathered::Joined { buffer, lead }
             }
-            Gathered::Joined(mut joined) => {
-                joined.extend_from_slice(&chunk);
-                Gathered::Joined(joined)
+            Gathered::Joined { mut buffer, lead } => {
+                buffer.extend_from_slice(&chunk);
+                Gathered::Joined { buffer, lead }
             }
         };
     }
@@ -177,7 +187,7 @@ impl Gathered {
         match self {
             Gathered::Nothing => None,
             Gathered::One(only) => Some(only),
-            Gathered::Joined(joined) => Some(Bytes::from(joined)),
+            Gathered::Joined { buffer, lead } => Some(Bytes::from(buffer).slice(lead..)),
         }
     }
 }
@@ -228,12 +238,34 @@ impl Body for Received {
 mod tests {
     use super::*;
 
-    fn gathered(chunks: &[&'static [u8]]) -> Option<Bytes> {
+    fn gathered_with(chunks: &[&'static [u8]], lead: impl Fn(&[u8]) -> usize) -> Option<Bytes> {
         let mut data = Gathered::default();
         for chunk in chunks {
-            data.push(Bytes::from_static(chunk));
+            data.push(Bytes::from_static(chunk), &lead);
         }
         data.into_bytes()
+    }
+
+    fn gathered(chunks: &[&'static [u8]]) -> Option<Bytes> {
+        gathered_with(chunks, |_| 0)
+    }
+
+    #[test]
+    fn a_joined_body_starts_where_its_lead_says_and_loses_nothing() {
+        for lead in 0..16 {
+            let joined = gathered_with(&[b"abc", b"defg", b"h"], |first| {
+                assert_eq!(first, b"abc", "the lead is chosen from the first frame");
+                lead
+            })
+            .unwrap();
+            assert_eq!(&joined[..], b"abcdefgh");
+            // The buffer's start is 16-aligned; the body starts `lead` bytes into it.
+            assert_eq!(joined.as_ptr() as usize % 16, lead % 16);
+        }
+        // One frame is never copied, so it keeps its place.
+        let only: &'static [u8] = b"abc";
+        let kept = gathered_with(&[only], |_| 5).unwrap();
+        assert_eq!(kept.as_ptr(), only.as_ptr());
     }
 
     #[test]

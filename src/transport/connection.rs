@@ -315,7 +315,10 @@ impl<W: Wire, S: App<W>> hyper::service::Service<Request<Incoming>> for ConnServ
             let received = if body.is_end_stream() || W::streams(parts.uri.path()) {
                 Received::streaming(body)
             } else {
-                match tokio::time::timeout(timeout, Received::read(body, limit, &receiving)).await {
+                let lead = |first: &[u8]| W::body_lead(&parts, first);
+                match tokio::time::timeout(timeout, Received::read(body, limit, &receiving, lead))
+                    .await
+                {
                     Ok(Ok(received)) => received,
                     Ok(Err(err)) => {
                         tracing::debug!(%peer, error = %err, "request body unreadable");

@@ -29,13 +29,17 @@ const JSON_HEADER_LENGTH: &str = "inference-header-content-length";
 /// request message the server takes, shallow enough that the scan stays linear in practice.
 const MAX_UNKNOWN_DEPTH: usize = 6;
 
-/// The decoded footprint of an HTTP body: JSON, or JSON followed by binary tensor data.
-pub fn http(headers: &http::HeaderMap, body: &[u8]) -> u64 {
-    let json_len = headers
+/// The length of a body's JSON part, when the binary extension's header gives one.
+pub(super) fn json_header_length(headers: &http::HeaderMap) -> Option<usize> {
+    headers
         .get(JSON_HEADER_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse::<usize>().ok())
-        .map_or(body.len(), |len| len.min(body.len()));
+}
+
+/// The decoded footprint of an HTTP body: JSON, or JSON followed by binary tensor data.
+pub fn http(headers: &http::HeaderMap, body: &[u8]) -> u64 {
+    let json_len = json_header_length(headers).map_or(body.len(), |len| len.min(body.len()));
     let json = body.get(..json_len).unwrap_or(body);
     let values = json_values(json);
     twice(body.len())
@@ -243,7 +247,7 @@ fn length_delimited(payload: &[u8], schema: Schema, path: &mut Vec<u32>) -> u64 
 }
 
 /// A varint and what follows it; `None` when it runs past the end or past 10 bytes.
-fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+pub(super) fn varint(bytes: &[u8]) -> Option<(u64, &[u8])> {
     let mut value: u64 = 0;
     for (index, &byte) in bytes.iter().enumerate().take(10) {
         value |= u64::from(byte & 0x7f) << (7 * index);

@@ -41,6 +41,7 @@ mod drain;
 mod endpoint;
 pub mod footprint;
 pub mod limits;
+mod placement;
 mod send;
 mod settings;
 mod stream;

@@ -34,6 +34,10 @@ pub trait Wire: Send + Sync + 'static {
     /// [`footprint`]: super::footprint
     fn footprint(parts: &http::request::Parts, body: &[u8]) -> u64;
 
+    /// The bytes to leave before a body sent with `parts` whose first frame is `first`, when
+    /// its frames are joined (see `placement.rs`).
+    fn body_lead(parts: &http::request::Parts, first: &[u8]) -> usize;
+
     /// Whether requests to `path` stream their body, which is then passed on as it arrives
     /// instead of being read in full first.
     fn streams(path: &str) -> bool;
@@ -97,6 +101,10 @@ impl Wire for Http {
         super::footprint::http(&parts.headers, body)
     }
 
+    fn body_lead(parts: &http::request::Parts, _first: &[u8]) -> usize {
+        super::placement::http_lead(&parts.headers)
+    }
+
     fn streams(_path: &str) -> bool {
         false
     }
@@ -143,6 +151,10 @@ impl Wire for Grpc {
 
     fn footprint(parts: &http::request::Parts, body: &[u8]) -> u64 {
         super::footprint::grpc(parts.uri.path(), body)
+    }
+
+    fn body_lead(parts: &http::request::Parts, first: &[u8]) -> usize {
+        super::placement::grpc_lead(parts.uri.path(), first)
     }
 
     fn streams(path: &str) -> bool {
