@@ -97,6 +97,11 @@ pub(super) struct RunOn {
 }
 
 impl RunOn {
+    /// Whether the work goes to the instance's own thread.
+    pub(super) fn on_thread(&self) -> bool {
+        self.thread.is_some()
+    }
+
     /// Runs `work` on the instance's thread and waits for it, or runs it here when there is
     /// no such thread. A panic in `work` resumes here, where the batcher catches it as it
     /// would one from the blocking pool.

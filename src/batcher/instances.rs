@@ -198,6 +198,11 @@ impl Instances {
     /// Gives `instance` back.
     pub(super) fn give_back(&self, instance: usize) {
         let mut state = self.state();
+        // An instance given back twice would run two batches at once.
+        debug_assert!(
+            !state.free.contains(&instance),
+            "instance {instance} given back while free"
+        );
         // Kept in descending order, so that `pop` takes the lowest.
         let at = state.free.partition_point(|&free| free > instance);
         state.free.insert(at, instance);

@@ -12,6 +12,10 @@
 //!    prefix of the batch adds up to a preferred size, the longest such prefix is cut at once.
 //! 4. An entry that cannot merge (no key, more rows than a batch, batching off) is ready at once.
 //! 5. Of the ready batches, the one whose oldest entry arrived first runs.
+//! 6. When every instance is busy but one can take a batch to start as soon as its run ends
+//!    ([`Room::Behind`]), only the next batch in order is cut, and only if waiting could not
+//!    grow it: it is full, or its request cannot merge. A batch cut early then loses no
+//!    company, and no older group is overtaken.
 //!
 //! Priority: a high-priority entry is queued ahead of every default one (behind earlier
 //! high-priority ones), so "arrival order" above means priority first, then arrival; and
@@ -151,6 +155,18 @@ pub enum Next<K, T> {
     Idle,
 }
 
+/// What the actor could start when it steps the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// An instance is free: the next ready batch is cut.
+    Free,
+    /// Every instance is busy, but one can take a batch to start the moment its run ends
+    /// (see rule 6 in the module documentation).
+    Behind,
+    /// Nothing can start.
+    None,
+}
+
 /// The answer of one [`BatchQueue::step`].
 #[derive(Debug)]
 pub struct Step<K, T> {
@@ -223,12 +239,13 @@ impl<K: PartialEq, T> BatchQueue<K, T> {
     }
 
     /// Drops what must not run, then says what to run or when to look again. With
-    /// `can_run == false` (every instance is running a batch) nothing is cut, and the wake-up is the next
-    /// request deadline, so that expired requests are answered on time even then.
+    /// [`Room::None`] (every instance is running a batch) nothing is cut, and with it and
+    /// [`Room::Behind`] the wake-up is the next request deadline (no instance frees up on a
+    /// timer), so that expired requests are answered on time even then.
     pub fn step(
         &mut self,
         now: Instant,
-        can_run: bool,
+        room: Room,
         is_abandoned: impl Fn(&T) -> bool,
     ) -> Step<K, T> {
         let mut expired = Vec::new();
@@ -251,10 +268,10 @@ impl<K: PartialEq, T> BatchQueue<K, T> {
             }
             self.entries = kept;
         }
-        let next = if can_run {
-            self.next(now)
-        } else {
-            wake_or_idle(self.earliest_deadline())
+        let next = match room {
+            Room::Free => self.next(now),
+            Room::Behind => self.next_that_cannot_grow(),
+            Room::None => wake_or_idle(self.earliest_deadline()),
         };
         Step {
             expired,
@@ -296,36 +313,60 @@ impl<K: PartialEq, T> BatchQueue<K, T> {
         wake_or_idle(wake)
     }
 
-    /// The batch of the group whose oldest entry is at `first`, and whether it is ready.
-    fn plan(&self, first: usize, key: &K, oldest: Instant, now: Instant) -> Plan {
+    /// The next batch in order if waiting could not grow it (rule 6), else the wake-up for
+    /// the next deadline.
+    fn next_that_cannot_grow(&mut self) -> Next<K, T> {
+        let Some(first) = self.entries.front() else {
+            return Next::Idle;
+        };
+        let Some(key) = &first.key else {
+            return Next::Run(self.take(&[0]));
+        };
+        let (members, full) = self.members(0, key);
+        if full {
+            return Next::Run(self.take(&members));
+        }
+        wake_or_idle(self.earliest_deadline())
+    }
+
+    /// The entry indices (ascending) of the batch of the group whose oldest entry is at
+    /// `first`, and whether that batch is full: nothing queued or later could join it.
+    fn members(&self, first: usize, key: &K) -> (Vec<usize>, bool) {
         let max = self.policy.merge_limit();
         let mut members = Vec::new();
         let mut rows = 0usize;
-        let mut full = false;
-        let mut preferred_len = 0;
         for (index, entry) in self.entries.iter().enumerate().skip(first) {
             if entry.key.as_ref() != Some(key) {
                 continue;
             }
             let Some(total) = rows.checked_add(entry.rows).filter(|&total| total <= max) else {
-                full = true;
-                break;
+                return (members, true);
             };
             rows = total;
             members.push(index);
-            if self.policy.is_preferred(rows) {
-                preferred_len = members.len();
-            }
             if rows == max {
-                full = true;
-                break;
+                return (members, true);
             }
         }
-        // `members` is never empty here: push() keeps only entries of at most
-        // `merge_limit()` rows mergeable, so the group's first entry always fits.
+        (members, false)
+    }
+
+    /// The batch of the group whose oldest entry is at `first`, and whether it is ready.
+    fn plan(&self, first: usize, key: &K, oldest: Instant, now: Instant) -> Plan {
+        // `members` is never empty: push() keeps only entries of at most `merge_limit()`
+        // rows mergeable, so the group's first entry always fits.
+        let (mut members, full) = self.members(first, key);
         let due = oldest.checked_add(self.policy.max_queue_delay);
         if full || self.closing || due.is_some_and(|due| due <= now) {
             return Plan::Cut(members);
+        }
+        let mut rows = 0usize;
+        let mut preferred_len = 0;
+        for (at, &index) in members.iter().enumerate() {
+            rows = rows.saturating_add(self.entries.get(index).map_or(0, |entry| entry.rows));
+            if self.policy.is_preferred(rows) {
+                preferred_len = at + 1;
+            }
         }
         if preferred_len > 0 {
             members.truncate(preferred_len);

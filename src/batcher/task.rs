@@ -4,7 +4,10 @@
 //! do, and runs at most one batch per instance at a time, each on a blocking thread (long
 //! runs on their instance's own thread, see instance_threads.rs). Requests
 //! that arrive while every instance is busy wait and form the next batch, which is when
-//! batching pays. Instances are taken from [`Instances`](super::instances::Instances), which requests that run inline
+//! batching pays. A long run's instance may take one more batch while it runs, one that
+//! waiting could not grow (see rule 6 in policy.rs): it waits on the instance's thread and
+//! starts the moment the run ends, where it would otherwise wait for this task to hear of the
+//! end, cut it and hand it over. Instances are taken from [`Instances`](super::instances::Instances), which requests that run inline
 //! (see handle.rs) share, so that an instance runs one thing at a time whoever started it.
 
 use std::collections::HashMap;
@@ -23,7 +26,7 @@ use super::execute::{answers, panicked, Outcome, Run};
 use super::gather::{batch_key, BatchKey};
 use super::instance_threads::{InstanceThreads, LONG_RUN};
 use super::instances::RunPlace;
-use super::policy::{BatchPolicy, BatchQueue, Next, Queued};
+use super::policy::{BatchPolicy, BatchQueue, Next, Queued, Room};
 use super::request::Parts;
 use super::runner::Runner;
 use super::telemetry::inferences;
@@ -56,6 +59,8 @@ struct InFlight {
     instance: usize,
     /// When the batch started, for the traced requests' batch-run spans.
     started: std::time::Instant,
+    /// Whether it runs on its instance's own thread, which runs what it is sent in order.
+    on_thread: bool,
 }
 
 /// The batches the actor runs now, at most one per instance.
@@ -71,9 +76,37 @@ impl Running {
         self.batches.is_empty()
     }
 
-    /// The batch a finished task ran; the caller gives its instance back.
+    /// The batch a finished task ran; the caller gives its instance back unless another
+    /// batch waits to run on it ([`Running::uses`]).
     fn finished(&mut self, id: Id) -> Option<InFlight> {
         self.batches.remove(&id)
+    }
+
+    /// Whether a batch runs or waits to run on `instance`.
+    fn uses(&self, instance: usize) -> bool {
+        self.batches
+            .values()
+            .any(|batch| batch.instance == instance)
+    }
+
+    /// A busy instance that may take one more batch to run the moment its run ends: its one
+    /// batch runs on the instance's own thread (which runs its jobs in order, so the two
+    /// never run at once). Of several, the one whose run started first, as it should end
+    /// first.
+    fn behind(&self) -> Option<usize> {
+        self.batches
+            .values()
+            .filter(|batch| {
+                batch.on_thread
+                    && self
+                        .batches
+                        .values()
+                        .filter(|other| other.instance == batch.instance)
+                        .count()
+                        == 1
+            })
+            .min_by_key(|batch| batch.started)
+            .map(|batch| batch.instance)
     }
 }
 
@@ -132,11 +165,19 @@ impl Batcher {
             // Taken before the step, since the queue cuts a batch only when told an instance
             // is free, and a request running inline may take the last one at any time.
             let instance = instances.take();
+            let behind = if instance.is_none() {
+                running.behind()
+            } else {
+                None
+            };
+            let room = match (instance, behind) {
+                (Some(_), _) => Room::Free,
+                (None, Some(_)) => Room::Behind,
+                (None, None) => Room::None,
+            };
             let step = self
                 .queue
-                .step(now.into_std(), instance.is_some(), |waiting| {
-                    waiting.reply.is_closed()
-                });
+                .step(now.into_std(), room, |waiting| waiting.reply.is_closed());
             self.release(step.expired.len() + step.abandoned.len());
             for waiting in step.expired {
                 waiting
@@ -151,12 +192,13 @@ impl Batcher {
                     .span
                     .in_scope(|| tracing::debug!("client gone; not run"));
             }
-            let wake = match (step.next, instance) {
-                (Next::Run(batch), Some(instance)) => {
-                    self.start(&mut running, instance, batch);
+            let wake = match (step.next, instance.or(behind)) {
+                (Next::Run(batch), Some(target)) => {
+                    self.start(&mut running, target, batch);
                     continue;
                 }
-                (next, instance) => {
+                (next, _) => {
+                    // Only a taken instance goes back; one that was only `behind` is running.
                     if let Some(instance) = instance {
                         instances.give_back(instance);
                     }
@@ -205,7 +247,9 @@ impl Batcher {
                         Err(err) => err.id(),
                     };
                     if let Some(done) = running.finished(id) {
-                        instances.give_back(done.instance);
+                        if !running.uses(done.instance) {
+                            instances.give_back(done.instance);
+                        }
                         self.finish(done, joined.map(|(_, outcome)| outcome));
                     }
                 }
@@ -261,8 +305,10 @@ impl Batcher {
         });
     }
 
-    /// Hands `batch` to a blocking thread on `instance`, which the caller has taken; its
-    /// requests stop counting as queued.
+    /// Hands `batch` to a blocking thread on `instance`, which the caller has taken (or
+    /// which [`Running::behind`] named: the batch then waits on the instance's thread for the
+    /// run ahead of it); its requests stop counting as queued. Their queue wait ends here, so
+    /// a batch that waits behind a run counts that wait in its run's time.
     fn start(&self, running: &mut Running, instance: usize, batch: Vec<Queued<BatchKey, Waiting>>) {
         self.release(batch.len());
         let size = batch.len();
@@ -300,8 +346,11 @@ impl Batcher {
         }
         let inferences = requests.iter().map(|inputs| inferences(inputs)).sum();
         let runner = self.runner.clone();
-        let long = self.runner.instances.runs_at_least(inferences, LONG_RUN);
+        // Behind another batch, it must go to the same thread, whatever its length.
+        let behind = running.uses(instance);
+        let long = behind || self.runner.instances.runs_at_least(inferences, LONG_RUN);
         let run_on = running.threads.runner(instance, long);
+        let on_thread = run_on.on_thread();
         let task = running.tasks.spawn_blocking(move || {
             run_on.run(move || {
                 span.in_scope(|| {
@@ -320,6 +369,7 @@ impl Batcher {
             waiters,
             instance,
             started,
+            on_thread,
         };
         running.batches.insert(task.id(), batch);
     }
@@ -329,6 +379,7 @@ impl Batcher {
             waiters,
             instance,
             started,
+            ..
         } = batch;
         let count = waiters.len();
         let ended = std::time::Instant::now();

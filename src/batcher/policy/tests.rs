@@ -38,9 +38,25 @@ fn push_all(
     }
 }
 
-/// Steps with nothing abandoned and returns the ids to run, or the wake-up.
+/// Steps with an instance free and nothing abandoned; returns the ids to run, or the wake-up.
 fn step(queue: &mut BatchQueue<char, u32>, now: Instant) -> Result<Vec<u32>, Option<Instant>> {
-    match queue.step(now, true, |_| false).next {
+    step_in(queue, now, Room::Free)
+}
+
+/// Steps for a batch to start behind a running one (see [`step`]).
+fn step_behind(
+    queue: &mut BatchQueue<char, u32>,
+    now: Instant,
+) -> Result<Vec<u32>, Option<Instant>> {
+    step_in(queue, now, Room::Behind)
+}
+
+fn step_in(
+    queue: &mut BatchQueue<char, u32>,
+    now: Instant,
+    room: Room,
+) -> Result<Vec<u32>, Option<Instant>> {
+    match queue.step(now, room, |_| false).next {
         Next::Run(batch) => Ok(batch.into_iter().map(|entry| entry.item).collect()),
         Next::WakeAt(at) => Err(Some(at)),
         Next::Idle => Err(None),
@@ -201,7 +217,7 @@ fn expired_and_abandoned_entries_are_handed_back_not_run() {
         ..entry(1, Some('a'), 1, t0)
     });
     push_all(&mut queue, &[(2, Some('a'), 1), (3, Some('a'), 1)], t0);
-    let step = queue.step(t0 + DELAY, true, |&id| id == 3);
+    let step = queue.step(t0 + DELAY, Room::Free, |&id| id == 3);
     assert_eq!(step.expired, vec![1]);
     assert_eq!(step.abandoned, vec![3]);
     let Next::Run(batch) = step.next else {
@@ -223,7 +239,7 @@ fn a_request_deadline_earlier_than_the_delay_wakes_the_actor() {
         ..entry(1, Some('a'), 1, t0)
     });
     assert_eq!(step(&mut queue, t0), Err(Some(deadline)));
-    let step = queue.step(deadline, true, |_| false);
+    let step = queue.step(deadline, Room::Free, |_| false);
     assert_eq!(step.expired, vec![1]);
     assert!(matches!(step.next, Next::Idle));
 }
@@ -233,17 +249,63 @@ fn while_busy_only_drops_and_wakes_for_deadlines() {
     let t0 = Instant::now();
     let mut queue = queue(4, &[]);
     push_all(&mut queue, &[(1, None, 1), (2, Some('a'), 4)], t0);
-    assert!(matches!(queue.step(t0, false, |_| false).next, Next::Idle));
+    assert!(matches!(
+        queue.step(t0, Room::None, |_| false).next,
+        Next::Idle
+    ));
     let deadline = t0 + Duration::from_secs(1);
     queue.push(Queued {
         deadline: Some(deadline),
         ..entry(3, Some('b'), 1, t0)
     });
-    assert!(matches!(queue.step(t0, false, |_| false).next, Next::WakeAt(at) if at == deadline));
+    assert!(
+        matches!(queue.step(t0, Room::None, |_| false).next, Next::WakeAt(at) if at == deadline)
+    );
     assert_eq!(queue.len(), 3);
-    let step = queue.step(deadline, false, |&id| id == 1);
+    let step = queue.step(deadline, Room::None, |&id| id == 1);
     assert_eq!((step.expired, step.abandoned), (vec![3], vec![1]));
     assert_eq!(queue.len(), 1);
+}
+
+#[test]
+fn behind_a_run_only_a_batch_that_cannot_grow_is_cut_and_in_order() {
+    let t0 = Instant::now();
+    let mut queue = queue(4, &[2]);
+    // A group short of full waits, even past its delay and at a preferred size: the time
+    // until an instance frees up is time for company to arrive. No timer frees an instance,
+    // so the only wake-up is a deadline.
+    push_all(&mut queue, &[(1, Some('a'), 1), (2, Some('a'), 1)], t0);
+    assert_eq!(step_behind(&mut queue, t0 + 2 * DELAY), Err(None));
+    // A full group behind it is not cut ahead of it.
+    push_all(&mut queue, &[(3, Some('b'), 4)], t0);
+    assert_eq!(step_behind(&mut queue, t0 + 2 * DELAY), Err(None));
+    let deadline = t0 + 3 * DELAY;
+    queue.push(Queued {
+        deadline: Some(deadline),
+        ..entry(4, Some('b'), 1, t0)
+    });
+    assert_eq!(step_behind(&mut queue, t0), Err(Some(deadline)));
+    // Filled up, the oldest group is cut; then the full group, then what cannot merge.
+    push_all(&mut queue, &[(5, Some('a'), 2)], t0);
+    queue.push(entry(6, None, 1, t0));
+    assert_eq!(step_behind(&mut queue, t0), Ok(vec![1, 2, 5]));
+    assert_eq!(step_behind(&mut queue, t0), Ok(vec![3]));
+    assert_eq!(step_behind(&mut queue, t0), Err(Some(deadline)));
+    assert_eq!(step(&mut queue, t0 + DELAY), Ok(vec![4]));
+    assert_eq!(step_behind(&mut queue, t0), Ok(vec![6]));
+    assert_eq!(step_behind(&mut queue, t0), Err(None));
+}
+
+#[test]
+fn behind_a_run_a_piece_at_the_split_size_is_full() {
+    let t0 = Instant::now();
+    let mut queue = BatchQueue::new(BatchPolicy::new(&BatchSettings {
+        split_rows: 500,
+        ..settings(1024, &[])
+    }));
+    push_all(&mut queue, &[(1, Some('a'), 500), (2, Some('a'), 500)], t0);
+    assert_eq!(step_behind(&mut queue, t0), Ok(vec![1]));
+    assert_eq!(step_behind(&mut queue, t0), Ok(vec![2]));
 }
 
 #[test]
