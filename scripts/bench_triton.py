@@ -9,7 +9,10 @@ Both servers load the very same .onnx files (one file, hard-linked into each ser
 folder) with one ONNX Runtime intra-op and one inter-op thread (tensorport: config.toml's
 `[runtime]`; Triton: `parameters` intra_op_thread_count / inter_op_thread_count "1"), and are
 driven by `tensorport-loadgen` over the KServe v2 protocol. The servers of one setup run at
-the same time, each idle while the other is measured.
+the same time, each idle while the other is measured. Beside each cell's figures, each
+server's CPU per row served (user + system over the run, rows from its own statistics): on
+this shared machine throughput moves with the host, the CPU a server spends on the same work
+much less.
 
 Setups and cells (--only takes the cell names, comma-separated or repeated):
 - ranker, the example MLP (16 -> 32 -> 1), batch-1 requests, no batching, one instance;
@@ -230,6 +233,28 @@ def group_rss_kib(pgid: int) -> tuple[int, list[str]]:
     return total, names
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used so far, all its threads together."""
+    fields = (Path(f"/proc/{pid}") / "stat").read_text()
+    fields = fields[fields.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU used so far by a process group (see group_rss_kib)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:
+                total += cpu_seconds(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 class Pair:
     """tensorport and Triton serving one setup at once."""
 
@@ -258,6 +283,12 @@ class Pair:
         triton, names = group_rss_kib(self.triton.proc.pid)
         return {"tensorport": {"kib": bench_pipeline.rss_kib(self.tensorport.proc.pid), "processes": ["tensorport"]},
                 "triton": {"kib": triton, "processes": names}}
+
+    def cpu(self, server: str) -> float:
+        """CPU the server has used so far (Triton: its process group)."""
+        if server == "tensorport":
+            return cpu_seconds(self.tensorport.proc.pid)
+        return group_cpu_seconds(self.triton.proc.pid)
 
     def stop(self) -> None:
         self.tensorport.stop()
@@ -299,12 +330,14 @@ def run_setup(args, setup: Setup, cells: list[Cell], work: Path, files: dict[str
         for cell in cells:
             for round_ in range(1, args.rounds + 1):
                 for server in SERVERS:
-                    before = executed(pair.rest(server), setup.model.name)
+                    before, used = executed(pair.rest(server), setup.model.name), pair.cpu(server)
                     result = measure(args, cell, setup.model, pair.address(server, cell.protocol),
                                      setup.cpu(server_side=False))
-                    after = executed(pair.rest(server), setup.model.name)
-                    runs = after[1] - before[1]
-                    result["exec_batch"] = (after[0] - before[0]) / runs if runs else None
+                    used, after = pair.cpu(server) - used, executed(pair.rest(server), setup.model.name)
+                    runs, rows = after[1] - before[1], after[0] - before[0]
+                    result["exec_batch"] = rows / runs if runs else None
+                    # Over the warm-up and the measured seconds both, as the statistics count.
+                    result["cpu_us_per_row"] = used * 1e6 / rows if rows else None
                     results.append({"server": server, "round": round_, "cell": cell.name, **result})
                     print(f"  {cell.name} round {round_} {server}: {summary(cell, result)}", flush=True)
         if setup.name == "ranking":
@@ -359,6 +392,24 @@ def served_rows(results: list[dict], cells: list[Cell]) -> list[str]:
                        f"| {', '.join(shown(figure, r) for r in ours)} | {', '.join(shown(figure, r) for r in theirs)} "
                        f"| {', '.join(f'{x:.2f}x' for x in ratios)} | {median} |")
     return out
+
+
+def cpu_rows(results: list[dict], cells: list[Cell]) -> list[str]:
+    """Each server's CPU per row served, a figure the machine's load moves less than
+    throughput: a server that does the same work on less CPU has room the other lacks."""
+    out = [("Server CPU per row served (user + system, over each run's warm-up and measured seconds, "
+            "rows from each server's statistics), in microseconds, per round:"), "",
+           "| cell | tensorport | Triton | Triton / tensorport, median |", "| --- | --- | --- | ---: |"]
+    for cell in cells:
+        ours, theirs = per_round(results, "tensorport", cell.name), per_round(results, "triton", cell.name)
+        pairs = [(a["cpu_us_per_row"], b["cpu_us_per_row"]) for a, b in zip(ours, theirs)
+                 if usable(a) and usable(b) and a.get("cpu_us_per_row") and b.get("cpu_us_per_row")]
+        if not pairs:
+            continue
+        ratio = statistics.median(b / a for a, b in pairs)
+        out.append(f"| {cell.label} | {', '.join(f'{a:,.1f}' for a, _ in pairs)} "
+                   f"| {', '.join(f'{b:,.1f}' for _, b in pairs)} | {ratio:.2f}x |")
+    return out if len(out) > 4 else []
 
 
 def median_of(results: list[dict], server: str, cell: str, figure: Figure) -> float | None:
@@ -446,6 +497,8 @@ def render(args, results: list[dict], memory: dict, cells: list[Cell], elapsed: 
         "",
     ]
     lines += served_rows(results, served)
+    cpu = cpu_rows(results, served)
+    lines += ["", *cpu] if cpu else []
     batches = exec_batches(results)
     lines += ["", batches] if batches else []
     floor = floor_lines(results)

@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
-"""What instances of one ONNX model cost in memory: the server's resident set (VmRSS) with
-one, two and four instances of a model with about 100 MB of weights, instances sharing one
-session (the default) and with a session each (`[instances] share_session = false`).
+"""What instances of one model cost in memory: the server's resident set (VmRSS) with one, two
+and four instances of a model with about 100 MB of weights. For ONNX Runtime (the default),
+with instances sharing one session (the default) and with a session each (`[instances]
+share_session = false`); with `--runtime torchscript` or `--runtime savedmodel`, the same
+weights as a TorchScript file or a SavedModel, whose instances always run one loaded module
+(the server must be built with the runtime's feature, and the model is written by
+scripts/make_big_models.py in the runtime's own virtual environment, which that script's
+documentation says how to create).
 
 Each setup gets a fresh server; the figure is read after the model has loaded and answered
 requests on every instance at once (two clients per instance, 64 rows each, so each session's
 arena has grown to what serving takes). Prints a Markdown table for docs/BENCHMARKS.md.
 
     .venv/bin/python scripts/instances_memory.py [--bin target/release/tensorport]
+        [--runtime onnx|torchscript|savedmodel]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -29,6 +38,13 @@ import bench  # noqa: E402  the server runner the benchmarks share
 FEATURES, HIDDEN = 256, 5000
 ROWS = 64
 ROUNDS = 8
+REPO = Path(__file__).resolve().parent.parent
+# The Python that can write each runtime's file (the ONNX one is written here).
+MAKERS = {
+    "torchscript": REPO / ".cache" / "torch-venv" / "bin" / "python",
+    "savedmodel": REPO / ".cache" / "tf-python" / "bin" / "python",
+}
+THREADS = "[runtime]\nintra_op_threads = 1\ninter_op_threads = 1\n"
 
 
 def big_mlp() -> onnx.ModelProto:
@@ -63,13 +79,23 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def serve_and_measure(binary: Path, root: Path, model_file: Path, count: int, shared: bool) -> tuple[int, int]:
+def serve_and_measure(binary: Path, root: Path, model: Path, count: int, shared: bool) -> tuple[int, int]:
+    """`model` is an ONNX file, or a model folder holding a version folder `1` and a
+    config.toml (a TorchScript file's signature)."""
     repo = root / f"count{count}-{'shared' if shared else 'own'}"
-    (repo / "big" / "1").mkdir(parents=True)
-    (repo / "big" / "1" / "model.onnx").symlink_to(model_file)
-    (repo / "big" / "config.toml").write_text(
-        f"[instances]\ncount = {count}\nshare_session = {'true' if shared else 'false'}\n"
-        "[runtime]\nintra_op_threads = 1\ninter_op_threads = 1\n")
+    (repo / "big").mkdir(parents=True)
+    instances = f"[instances]\ncount = {count}\n"
+    if model.is_file():
+        (repo / "big" / "1").mkdir()
+        (repo / "big" / "1" / "model.onnx").symlink_to(model)
+        instances += f"share_session = {'true' if shared else 'false'}\n"
+        extra = ""
+    else:
+        # Hard links: the version folder as the server would find it, without copying 100 MB.
+        shutil.copytree(model / "1", repo / "big" / "1", copy_function=os.link)
+        signature = model / "config.toml"
+        extra = "\n" + signature.read_text() if signature.exists() else ""
+    (repo / "big" / "config.toml").write_text(instances + THREADS + extra)
     server = bench.Tensorport(binary, repo, root / f"{repo.name}.log", cpu=None)
     try:
         loaded = rss_kib(server.proc.pid)
@@ -97,29 +123,50 @@ def serve_and_measure(binary: Path, root: Path, model_file: Path, count: int, sh
         server.stop()
 
 
+def write_model(runtime: str, root: Path) -> tuple[Path, int]:
+    """The model for `runtime` under `root`, and its weights' bytes on disk."""
+    if runtime == "onnx":
+        model = root / "big.onnx"
+        onnx.save(big_mlp(), model)
+        return model, model.stat().st_size
+    python = MAKERS[runtime]
+    if not python.exists():
+        sys.exit(f"{python} is missing: create it as scripts/make_big_models.py says")
+    folder = root / "big"
+    subprocess.run([str(python), str(REPO / "scripts" / "make_big_models.py"), runtime, str(folder)], check=True)
+    size = sum(f.stat().st_size for f in (folder / "1").rglob("*") if f.is_file())
+    return folder, size
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", type=Path, default=bench.cargo_target_dir() / "release" / "tensorport")
+    ap.add_argument("--runtime", choices=("onnx", *MAKERS), default="onnx")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="instances-memory-") as tmp:
         root = Path(tmp)
-        model_file = root / "big.onnx"
-        onnx.save(big_mlp(), model_file)
-        weights_mib = model_file.stat().st_size / 2**20
-        setups = [(1, True), (2, True), (4, True), (2, False), (4, False)]
+        model, size = write_model(args.runtime, root)
+        weights_mib = size / 2**20
+        if args.runtime == "onnx":
+            setups = [(1, True), (2, True), (4, True), (2, False), (4, False)]
+        else:
+            setups = [(1, True), (2, True), (4, True)]
         figures = {}
         for count, shared in setups:
             print(f"instances {count}, {'one shared session' if shared else 'a session each'}", flush=True)
-            figures[(count, shared)] = serve_and_measure(args.bin, root, model_file, count, shared)
+            figures[(count, shared)] = serve_and_measure(args.bin, root, model, count, shared)
     base = figures[(1, True)][1]
-    print(f"\nModel file {weights_mib:.0f} MiB (256 -> 5000 -> 5000 -> 1, float32); VmRSS in MiB, "
-          f"after load and after {ROUNDS} requests of {ROWS} rows from two clients per instance.\n")
-    print("| instances | sessions | after load | after serving | vs one instance |")
-    print("| --- | --- | --- | --- | --- |")
+    print(f"\n{args.runtime}: model {weights_mib:.0f} MiB on disk (256 -> 5000 -> 5000 -> 1, float32); "
+          f"VmRSS in MiB, after load and after {ROUNDS} requests of {ROWS} rows from two clients per instance.\n")
+    # The ratio counts the libraries' own resident memory too (LibTorch's and TensorFlow's are
+    # large), so the growth over one instance is given beside it.
+    print("| instances | sessions | after load | after serving | vs one instance | more than one instance |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for count, shared in setups:
         loaded, served = figures[(count, shared)]
         sessions = "1 (shared)" if shared else str(count)
-        print(f"| {count} | {sessions} | {loaded / 1024:.0f} | {served / 1024:.0f} | {served / base:.2f}x |")
+        print(f"| {count} | {sessions} | {loaded / 1024:.0f} | {served / 1024:.0f} | {served / base:.2f}x "
+              f"| {(served - base) / 1024:+.0f} MiB |")
     return 0
 
 
