@@ -32,7 +32,7 @@ use crate::api::http::compression::GzipLayer;
 use crate::api::http::grpc_compression;
 use crate::api::http::response::RestError;
 use crate::api::http::route_table::Routes;
-use crate::api::{health, kserve, scrape, tfserving, AppState};
+use crate::api::{health, in_place, kserve, scrape, tfserving, AppState};
 use crate::auth::{Access, AuthLayer};
 use crate::background::Background;
 use crate::infer::InferService;
@@ -229,14 +229,14 @@ fn metrics_app(
 
 /// Every gRPC service, each refusing messages over `limit` bytes. gzip messages are accepted
 /// (tonic counts their inflated size against `limit`), and the reply to a gzipped request is
-/// gzipped (see [`grpc_compression`]). Uncompressed `ModelInfer` calls are decoded in place,
-/// in front of tonic ([`kserve::grpc::InPlaceModelInfer`]).
+/// gzipped (see [`grpc_compression`]). Uncompressed `ModelInfer` and `Predict` calls are
+/// decoded in place, in front of tonic ([`in_place::InPlaceUnary`]).
 fn grpc_routes(
     infer: &Arc<InferService>,
     health: &Arc<Health>,
     overload: &Overload,
     options: &ServerOptions,
-) -> kserve::grpc::InPlaceModelInfer {
+) -> in_place::InPlaceUnary {
     let limit = options.max_request_bytes;
     let tf = tfserving::grpc::TfServingGrpc::new(infer.clone(), options.predict_response);
     // A stream's messages pass the overload stack one by one, inside the route.
@@ -256,7 +256,7 @@ fn grpc_routes(
                 .max_encoding_message_size(usize::MAX),
         )
         .add_service(
-            ModelServiceServer::new(tf)
+            ModelServiceServer::new(tf.clone())
                 .accept_compressed(Gzip)
                 .send_compressed(Gzip)
                 .max_decoding_message_size(limit)
@@ -270,7 +270,7 @@ fn grpc_routes(
                 .max_encoding_message_size(usize::MAX),
         )
         .prepare();
-    kserve::grpc::InPlaceModelInfer::new(kserve_grpc, limit, routes)
+    in_place::InPlaceUnary::new(kserve_grpc, tf, limit, routes)
 }
 
 /// Serves until `shutdown` resolves, then drains as the module documentation says.

@@ -28,8 +28,15 @@ const REQUEST_PATH: &[&str] = &[
     "wire_error",
 ];
 const MAX_LINES: usize = 450;
-/// `src/api/`'s top level: the front door; every protocol is a folder.
-const API_TOP_LEVEL: &[&str] = &["mod.rs", "hot_routes.rs", "health.rs", "scrape.rs"];
+/// `src/api/`'s top level: the front door (`hot_routes.rs` and `in_place.rs` dispatch HTTP and
+/// gRPC calls to the protocols beneath); every protocol is a folder.
+const API_TOP_LEVEL: &[&str] = &[
+    "mod.rs",
+    "hot_routes.rs",
+    "in_place.rs",
+    "health.rs",
+    "scrape.rs",
+];
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {

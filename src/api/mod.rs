@@ -2,7 +2,8 @@
 //! formats out.
 //!
 //! This level is the front door only: the state the HTTP handlers share ([`AppState`]), the
-//! hot routes that skip the router for inference ([`hot_routes`]), the probes ([`health`])
+//! hot routes that skip the router for inference ([`hot_routes`]), the gRPC calls decoded
+//! from the received body in front of tonic's routes ([`in_place`]), the probes ([`health`])
 //! and the metrics scrape ([`scrape`]). Beneath it, each protocol is a folder whose
 //! dispatcher stands above its operations, with what they share in a leaf underneath
 //! ([`kserve`], [`tfserving`]); beneath those, the JSON tensor codec ([`json`]) and the HTTP
@@ -11,6 +12,7 @@
 pub mod health;
 pub mod hot_routes;
 pub mod http;
+pub mod in_place;
 pub mod json;
 pub mod kserve;
 pub mod scrape;

@@ -17,10 +17,14 @@ use super::footprint::{json_header_length, varint};
 /// and no more than the allocator gives a buffer's start.
 pub const TENSOR_ALIGN: usize = 16;
 
-const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
-
-/// `ModelInferRequest.raw_input_contents`.
-const RAW_INPUT_CONTENTS: u64 = 7;
+/// Where the first tensor's bytes sit in each call's message, as the protobuf field numbers
+/// to follow from the message down to the bytes field: `ModelInferRequest.raw_input_contents`
+/// (7); `PredictRequest.inputs` (2), a map entry's `value` (2), its `TensorProto.tensor_content`
+/// (4).
+const TENSOR_PATHS: [(&str, &[u64]); 2] = [
+    ("/inference.GRPCInferenceService/ModelInfer", &[7]),
+    ("/tensorflow.serving.PredictionService/Predict", &[2, 2, 4]),
+];
 
 /// gRPC's prefix of a message: a compression flag and a 4-byte length.
 const GRPC_PREFIX: usize = 5;
@@ -34,39 +38,63 @@ pub fn http_lead(headers: &http::HeaderMap) -> usize {
 }
 
 /// The bytes to leave before a gRPC body sent to `path` whose first frame is `first`: those
-/// that put the first raw input's bytes on a [`TENSOR_ALIGN`] boundary, or none when the
-/// call is not `ModelInfer` or that input does not start within the first frame.
+/// that put the first tensor's bytes (a `ModelInfer` raw input, a `Predict` input's
+/// `tensor_content`) on a [`TENSOR_ALIGN`] boundary, or none for other calls, or when those
+/// bytes do not start within the first frame.
 pub fn grpc_lead(path: &str, first: &[u8]) -> usize {
-    if path != MODEL_INFER {
+    let Some((_, fields)) = TENSOR_PATHS.iter().find(|(call, _)| *call == path) else {
         return 0;
-    }
-    first_raw_input(first).map_or(0, |offset| {
+    };
+    first_tensor(first, fields).map_or(0, |offset| {
         (TENSOR_ALIGN - offset % TENSOR_ALIGN) % TENSOR_ALIGN
     })
 }
 
-/// The offset in `body` (a gRPC message, prefix first) where the first `raw_input_contents`
-/// entry's bytes start, if they start within `body` and the message is not compressed.
-fn first_raw_input(body: &[u8]) -> Option<usize> {
-    let (prefix, mut rest) = body.split_first_chunk::<GRPC_PREFIX>()?;
+/// The offset in `body` (a gRPC message, prefix first) where the bytes at `fields` start, if
+/// they start within `body` and the message is not compressed.
+fn first_tensor(body: &[u8], fields: &[u64]) -> Option<usize> {
+    let (prefix, message) = body.split_first_chunk::<GRPC_PREFIX>()?;
     if prefix[0] != 0 {
         return None;
     }
-    while !rest.is_empty() {
-        let (key, after) = varint(rest)?;
-        rest = match key & 7 {
-            0 => varint(after)?.1,
-            1 => after.get(8..)?,
-            5 => after.get(4..)?,
+    let start = body.len() - message.len();
+    find(body, start, body.len(), fields)
+}
+
+/// Walks the message in `body[start..end]` (`end` may lie past the body: a message the first
+/// frame holds only the start of) for the first field numbered `fields[0]`, descending into
+/// it for the rest of `fields`; the offset in `body` of the last one's bytes. A field that
+/// holds no match is skipped, which needs its end within `body`.
+fn find(body: &[u8], start: usize, end: usize, fields: &[u64]) -> Option<usize> {
+    let (&wanted, deeper) = fields.split_first()?;
+    let mut at = start;
+    while at < end.min(body.len()) {
+        let (key, after) = varint(body.get(at..)?)?;
+        let mut next = body.len() - after.len();
+        match key & 7 {
+            0 => next = body.len() - varint(after)?.1.len(),
+            1 => next = next.checked_add(8)?,
+            5 => next = next.checked_add(4)?,
             2 => {
                 let (len, payload) = varint(after)?;
-                if key >> 3 == RAW_INPUT_CONTENTS {
-                    return Some(body.len() - payload.len());
+                let payload_at = body.len() - payload.len();
+                if key >> 3 == wanted {
+                    if deeper.is_empty() {
+                        return Some(payload_at);
+                    }
+                    let payload_end = payload_at.checked_add(usize::try_from(len).ok()?)?;
+                    if let Some(found) = find(body, payload_at, payload_end, deeper) {
+                        return Some(found);
+                    }
                 }
-                payload.get(usize::try_from(len).ok()?..)?
+                next = payload_at.checked_add(usize::try_from(len).ok()?)?;
             }
             _ => return None,
-        };
+        }
+        if next > body.len() {
+            return None;
+        }
+        at = next;
     }
     None
 }
@@ -75,9 +103,14 @@ fn first_raw_input(body: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
     use crate::proto::inference::{model_infer_request::InferInputTensor, ModelInferRequest};
+    use crate::proto::tensorflow::serving::{ModelSpec, PredictRequest};
+    use crate::proto::tensorflow::{DataType, TensorProto};
     use prost::Message;
 
-    fn grpc_body(message: &ModelInferRequest) -> Vec<u8> {
+    const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+    const PREDICT: &str = "/tensorflow.serving.PredictionService/Predict";
+
+    fn grpc_body(message: &impl Message) -> Vec<u8> {
         let encoded = message.encode_to_vec();
         let mut body = vec![0];
         body.extend_from_slice(&u32::try_from(encoded.len()).unwrap().to_be_bytes());
@@ -104,7 +137,7 @@ mod tests {
         let raw = [7u8; 16];
         for model in ["m", "ranker", "a-much-longer-model-name-than-most"] {
             let body = grpc_body(&request(model, &raw));
-            let offset = first_raw_input(&body).unwrap();
+            let offset = first_tensor(&body, &[7]).unwrap();
             assert_eq!(&body[offset..offset + raw.len()], &raw[..], "model {model}");
             let lead = grpc_lead(MODEL_INFER, &body);
             assert!(lead < TENSOR_ALIGN);
@@ -132,20 +165,83 @@ mod tests {
     #[test]
     fn no_lead_for_other_calls_compressed_messages_or_a_first_frame_cut_before_the_input() {
         let body = grpc_body(&request("ranker", &[1; 64]));
-        let offset = first_raw_input(&body).unwrap();
+        let offset = first_tensor(&body, &[7]).unwrap();
         assert_eq!(
             grpc_lead("/inference.GRPCInferenceService/ModelMetadata", &body),
             0
         );
         let mut compressed = body.clone();
         compressed[0] = 1;
-        assert_eq!(first_raw_input(&compressed), None);
+        assert_eq!(first_tensor(&compressed, &[7]), None);
         // A first frame that ends inside the metadata, or inside the prefix.
-        assert_eq!(first_raw_input(&body[..offset - 3]), None);
-        assert_eq!(first_raw_input(&body[..3]), None);
+        assert_eq!(first_tensor(&body[..offset - 3], &[7]), None);
+        assert_eq!(first_tensor(&body[..3], &[7]), None);
         // It is enough that the input's bytes start in the frame.
-        assert_eq!(first_raw_input(&body[..offset]), Some(offset));
+        assert_eq!(first_tensor(&body[..offset], &[7]), Some(offset));
         // Not a message at all.
         assert_eq!(grpc_lead(MODEL_INFER, &[0, 0, 0, 0, 9, 0xff, 0xff]), 0);
+    }
+
+    fn predict(model: &str, inputs: &[(&str, Option<&[u8]>)]) -> PredictRequest {
+        let tensor = |content: Option<&[u8]>| TensorProto {
+            dtype: DataType::DtFloat as i32,
+            tensor_content: content.map(|c| c.to_vec().into()).unwrap_or_default(),
+            float_val: if content.is_none() {
+                vec![1.0; 3]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        };
+        PredictRequest {
+            model_spec: Some(ModelSpec {
+                name: model.into(),
+                ..Default::default()
+            }),
+            inputs: inputs
+                .iter()
+                .map(|(name, content)| ((*name).to_owned(), tensor(*content)))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_predict_body_leads_by_what_aligns_its_first_tensor_content() {
+        let content = [9u8; 32];
+        for model in ["m", "ranker", "a-much-longer-model-name-than-most"] {
+            for name in ["x", "features", "candidate_features_0123456789"] {
+                let body = grpc_body(&predict(model, &[(name, Some(&content))]));
+                let offset = first_tensor(&body, &[2, 2, 4]).unwrap();
+                assert_eq!(&body[offset..offset + content.len()], &content[..]);
+                let lead = grpc_lead(PREDICT, &body);
+                assert!(lead < TENSOR_ALIGN);
+                assert_eq!((lead + offset) % TENSOR_ALIGN, 0, "{model} {name}");
+                // The first frame need only reach the tensor's first byte.
+                assert_eq!(first_tensor(&body[..=offset], &[2, 2, 4]), Some(offset));
+                assert_eq!(first_tensor(&body[..offset - 1], &[2, 2, 4]), None);
+            }
+        }
+    }
+
+    #[test]
+    fn a_predict_input_in_typed_fields_is_passed_over_for_the_next_one_with_content() {
+        let content = [5u8; 16];
+        // Whichever order the map encodes them in, an entry without content is passed over.
+        let body = grpc_body(&predict("m", &[("a", None), ("b", Some(&content))]));
+        let offset = first_tensor(&body, &[2, 2, 4]).unwrap();
+        assert_eq!(&body[offset..offset + content.len()], &content[..]);
+        // With no tensor_content at all, nothing to align.
+        let typed = grpc_body(&predict("m", &[("a", None)]));
+        assert_eq!(grpc_lead(PREDICT, &typed), 0);
+        // Walking a Predict body for ModelInfer's field, or the other way round, finds no
+        // tensor where there is none, and never reads past the body.
+        assert_eq!(first_tensor(&typed, &[7]), None);
+        let infer = grpc_body(&request("m", &[1; 16]));
+        assert_eq!(first_tensor(&infer, &[2, 2, 4]), None);
+        assert_eq!(
+            grpc_lead(PREDICT, &[0, 0, 0, 0, 4, 0x12, 0x7f, 0x12, 0x7f]),
+            0
+        );
     }
 }

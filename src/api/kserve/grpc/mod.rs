@@ -5,10 +5,9 @@
 //! `ModelInfer` and admits it by its footprint, `message_footprint.rs`), and beneath those the
 //! protobuf parameters (`params.rs`); `LogSettings` is `log_settings.rs`,
 //! `TraceSetting` `trace_setting.rs`. Nothing here
-//! imports the service back, except `in_place.rs`, which stands in front of tonic's routes
-//! and answers `ModelInfer` from the received body without tonic's copy of it.
+//! imports the service back; `api/in_place.rs`, above this folder, answers `ModelInfer` from
+//! the received body without tonic's copy of it.
 
-mod in_place;
 mod log_settings;
 mod message_footprint;
 mod model_infer;
@@ -17,5 +16,4 @@ mod service;
 mod stream;
 mod trace_setting;
 
-pub use in_place::InPlaceModelInfer;
 pub use service::KserveGrpc;
