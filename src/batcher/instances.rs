@@ -41,30 +41,15 @@ use tokio::sync::Notify;
 /// in [`PROBE_EVERY`] inline anyway, to be measured where the bound applies: a fast model
 /// comes back inline after a few probes, and a slow one holds the network thread for at most
 /// that many times the bound, once in that many requests.
-///
-/// Two guards keep the decision from following the machine's noise. A run counts for at most
-/// [`SPIKE_FACTOR`] times its prediction: a run whose thread was preempted for a millisecond
-/// would otherwise move a 27 us model's average past the bound in one step, and a model that
-/// really slowed still doubles its estimate within a few runs. And a model that runs inline
-/// keeps running inline until its estimate passes the bound by [`STAY_FACTOR`]: a model
-/// whose runs sit near the bound would otherwise go inline or queued by the last few runs, and
-/// once queued it stays there far longer than the noise that put it there.
 #[derive(Debug, Default)]
 pub(super) struct RunEstimate {
     /// Mean seconds and rows per run; `None` until the first run is measured.
     mean: Option<(f64, f64)>,
     /// Whether a run has been measured inline.
     inline_measured: bool,
-    /// Whether the last request asked was admitted inline for being within the bound.
-    admitted: bool,
     /// Requests turned away from running inline since the last probe.
     declined: u32,
 }
-
-/// A run counts in the averages for at most this many times its prediction.
-const SPIKE_FACTOR: f64 = 2.0;
-/// A model admitted inline stays so until its estimate passes the bound times this.
-const STAY_FACTOR: f64 = 1.5;
 
 /// A model estimated at most this many times the inline bound is probed inline now and then.
 const PROBE_FACTOR: u32 = 4;
@@ -88,10 +73,7 @@ impl RunEstimate {
         } else if self.inline_measured && !self.lowered_by(took, rows) {
             return;
         }
-        let ceiling = self.predict(rows).map_or(f64::INFINITY, |expected| {
-            expected.as_secs_f64() * SPIKE_FACTOR
-        });
-        let (seconds, rows) = (took.as_secs_f64().min(ceiling), rows.max(1) as f64);
+        let (seconds, rows) = (took.as_secs_f64(), rows.max(1) as f64);
         self.mean = Some(match self.mean {
             None => (seconds, rows),
             Some((mean_seconds, mean_rows)) => (
@@ -128,20 +110,13 @@ impl RunEstimate {
         self.predict(rows).is_some_and(|took| took <= bound)
     }
 
-    /// Whether a request of `rows` rows may run inline: expected within `bound` (within
-    /// [`STAY_FACTOR`] times it while the model runs inline), or due for a probe. An
-    /// unmeasured model never may.
+    /// Whether a request of `rows` rows may run inline: expected within `bound`, or due for
+    /// a probe. An unmeasured model never may.
     pub(super) fn admits_inline(&mut self, rows: u64, bound: Duration) -> bool {
         let Some(expected) = self.predict(rows) else {
             return false;
         };
-        let stay = if self.admitted {
-            Duration::try_from_secs_f64(bound.as_secs_f64() * STAY_FACTOR).unwrap_or(Duration::MAX)
-        } else {
-            bound
-        };
-        self.admitted = expected <= stay;
-        if self.admitted {
+        if expected <= bound {
             return true;
         }
         if expected > bound.saturating_mul(PROBE_FACTOR) {
@@ -340,55 +315,6 @@ mod tests {
         let mut slow = RunEstimate::default();
         slow.record(201 * US, 1, RunPlace::Queued);
         assert!((0..4 * PROBE_EVERY).all(|_| !slow.admits_inline(1, bound)));
-    }
-
-    #[test]
-    fn a_preempted_run_moves_the_estimate_no_more_than_twice_its_prediction_would() {
-        let mut estimate = RunEstimate::default();
-        estimate.record(27 * US, 1, RunPlace::Inline);
-        // A thread preempted for 2 ms counts as a 54 us run: 27 + 27/8.
-        estimate.record(2000 * US + 27 * US, 1, RunPlace::Inline);
-        let after = estimate.predict(1).map(|took| took.as_nanos());
-        assert_eq!(after, Some(30_375));
-        assert!(estimate.within(1, 50 * US));
-        // A model that really slowed still doubles its estimate within a few runs.
-        let runs = (1..)
-            .find(|_| {
-                estimate.record(1000 * US, 1, RunPlace::Inline);
-                estimate.predict(1) >= Some(60 * US)
-            })
-            .unwrap_or(usize::MAX);
-        assert!(runs <= 8, "{runs} runs");
-    }
-
-    #[test]
-    fn a_model_inline_stays_inline_until_half_again_the_bound_and_comes_back_under_it() {
-        let bound = 50 * US;
-        let mut estimate = RunEstimate::default();
-        estimate.record(40 * US, 1, RunPlace::Inline);
-        assert!(estimate.admits_inline(1, bound));
-        // Runs a little over the bound: still inline.
-        while estimate.predict(1) < Some(70 * US) {
-            estimate.record(72 * US, 1, RunPlace::Inline);
-            assert!(estimate.admits_inline(1, bound));
-        }
-        // Past 75 us it is queued,
-        while estimate.predict(1) <= Some(75 * US) {
-            estimate.record(90 * US, 1, RunPlace::Inline);
-        }
-        assert!(!estimate.admits_inline(1, bound));
-        // and a queued model comes back only once under the bound itself.
-        while estimate.predict(1) > Some(55 * US) {
-            estimate.record(30 * US, 1, RunPlace::Inline);
-        }
-        assert!(!estimate.admits_inline(1, bound));
-        while estimate.predict(1) > Some(bound) {
-            estimate.record(30 * US, 1, RunPlace::Inline);
-        }
-        assert!(estimate.admits_inline(1, bound));
-        // An unbounded bound does not overflow.
-        assert!(estimate.admits_inline(1, Duration::MAX));
-        assert!(estimate.admits_inline(1, Duration::MAX));
     }
 
     #[test]
