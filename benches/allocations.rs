@@ -24,26 +24,21 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tensorport::backend::onnx::OnnxRuntime;
-use tensorport::backend::onnx_library;
-use tensorport::backend::RuntimeThreads;
-use tensorport::batcher::BatchSettings;
-use tensorport::infer::InferService;
-use tensorport::metrics::Metrics;
 use tensorport::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensorport::proto::inference::model_infer_request::InferInputTensor;
 use tensorport::proto::inference::ModelInferRequest;
-use tensorport::repository::{Loader, ModelRepository};
-use tensorport::shm::{ShmPolicy, ShmRegistry};
 use tensorport::tensor::DecodeLimits;
 use tensorport::{Listeners, ServerOptions};
 
-type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+mod support;
+
+use support::BenchResult;
 
 const FEATURES: usize = 16;
 const WARMUP: usize = 200;
@@ -105,10 +100,7 @@ struct Urls {
 
 fn main() -> BenchResult<()> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let env_path = std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from);
-    let library = onnx_library::find(None, env_path.as_deref(), &[root.to_path_buf()])
-        .ok_or(onnx_library::HOW_TO_GET_IT)?;
-    let onnx = OnnxRuntime::load(&library)?;
+    let onnx = support::onnx_runtime(root)?;
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -140,27 +132,10 @@ async fn start_server(
     onnx: OnnxRuntime,
     inline_run_max: Duration,
 ) -> BenchResult<Urls> {
-    let metrics = Arc::new(Metrics::new());
-    let loader = Loader {
-        onnx,
-        threads: RuntimeThreads {
-            intra_op: 1,
-            inter_op: 1,
-        },
-        default_batching: BatchSettings::default(),
-        metrics: metrics.clone(),
-        instances: 1,
-        inline_run_max,
-        strict_model_config: false,
-    };
-    let repository = Arc::new(ModelRepository::new(&root.join("examples/models"), loader));
-    repository.reconcile().await?;
-    let infer = Arc::new(InferService::new(
-        repository,
-        DecodeLimits::default(),
-        metrics,
-        Arc::new(ShmRegistry::new(ShmPolicy::Local)),
-    ));
+    let folder = root.join("examples/models");
+    let infer = Arc::new(
+        support::infer_service(&folder, onnx, inline_run_max, DecodeLimits::default()).await?,
+    );
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let rest = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let urls = Urls {

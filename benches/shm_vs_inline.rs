@@ -6,16 +6,10 @@
 //! in-process on loopback with one intra-op thread; client and server share the machine.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tensorport::backend::onnx::OnnxRuntime;
-use tensorport::backend::onnx_library;
-use tensorport::backend::RuntimeThreads;
-use tensorport::batcher::BatchSettings;
-use tensorport::infer::InferService;
-use tensorport::metrics::Metrics;
 use tensorport::proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tensorport::proto::inference::infer_parameter::ParameterChoice;
 use tensorport::proto::inference::model_infer_request::InferInputTensor;
@@ -23,13 +17,13 @@ use tensorport::proto::inference::{
     InferParameter, ModelInferRequest, ModelStatisticsRequest, SystemSharedMemoryRegisterRequest,
     SystemSharedMemoryUnregisterRequest,
 };
-use tensorport::repository::{Loader, ModelRepository};
-use tensorport::shm::{ShmPolicy, ShmRegistry};
 use tensorport::tensor::DecodeLimits;
 use tensorport::{Listeners, ServerOptions};
 use tonic::transport::Channel;
 
-type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
+mod support;
+
+use support::BenchResult;
 
 const SIZES_MIB: [f64; 5] = [0.0625, 1.0, 4.0, 16.0, 64.0];
 
@@ -88,34 +82,15 @@ async fn main() -> BenchResult<()> {
 }
 
 async fn start_server(root: &Path) -> BenchResult<String> {
-    let env_path = std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from);
-    let library = onnx_library::find(None, env_path.as_deref(), &[root.to_path_buf()])
-        .ok_or(onnx_library::HOW_TO_GET_IT)?;
-    let metrics = Arc::new(Metrics::new());
-    let loader = Loader {
-        onnx: OnnxRuntime::load(&library)?,
-        threads: RuntimeThreads {
-            intra_op: 1,
-            inter_op: 1,
-        },
-        default_batching: BatchSettings::default(),
-        metrics: metrics.clone(),
-        instances: 1,
-        inline_run_max: std::time::Duration::ZERO,
-        strict_model_config: false,
-    };
-    let repository = Arc::new(ModelRepository::new(&root.join("tests/models"), loader));
-    repository.reconcile().await?;
+    let onnx = support::onnx_runtime(root)?;
     let limit = 1 << 30;
-    let infer = Arc::new(InferService::new(
-        repository,
-        DecodeLimits {
-            max_tensor_bytes: limit,
-            ..DecodeLimits::default()
-        },
-        metrics,
-        Arc::new(ShmRegistry::new(ShmPolicy::Local)),
-    ));
+    let limits = DecodeLimits {
+        max_tensor_bytes: limit,
+        ..DecodeLimits::default()
+    };
+    let folder = root.join("tests/models");
+    let infer = support::infer_service(&folder, onnx, Duration::ZERO, limits).await?;
+    let infer = Arc::new(infer);
     let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let rest = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", grpc.local_addr()?);

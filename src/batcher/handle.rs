@@ -163,7 +163,7 @@ impl BatcherHandle {
         let outputs = request.outputs().to_vec();
         let pieces = match split::cut(request, &pieces, self.runner.signatures()) {
             Ok(pieces) => pieces,
-            Err(whole) => return Ok(Split::Whole(whole)),
+            Err(whole) => return Ok(Split::Whole(*whole)),
         };
         // Every piece is queued before any is awaited, so that free instances take them at
         // once; a piece refused (a full queue) refuses the request, withdrawing the others.
@@ -200,6 +200,7 @@ impl BatcherHandle {
             outputs,
             targets,
             trace,
+            run_time,
             ..
         } = request.into_parts();
         let rows = inferences(&inputs);
@@ -221,9 +222,13 @@ impl BatcherHandle {
             self.runner
                 .run(instance, RunPlace::Inline, run, vec![inputs])
         }));
+        let ended = std::time::Instant::now();
         if let Some(trace) = &trace {
             let detail = SpanDetail::Batch { size: 1, instance };
-            trace.record(BATCH_RUN, started, std::time::Instant::now(), detail);
+            trace.record(BATCH_RUN, started, ended, detail);
+        }
+        if let Some(run_time) = &run_time {
+            run_time.add(ended.saturating_duration_since(started));
         }
         self.runner
             .instances

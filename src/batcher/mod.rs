@@ -50,7 +50,7 @@ pub use gather::{batch_key, gather, scatter, BatchKey};
 pub use handle::{BatcherHandle, Pending};
 pub use policy::{BatchPolicy, BatchQueue, Next, Queued, Step};
 pub use priority::Priority;
-pub use request::{RequestError, ValidRequest};
+pub use request::{RequestError, RunTime, ValidRequest};
 pub use runner::Execution;
 pub use settings::{BatchSettings, SettingsError, MAX_QUEUE_SIZE};
 pub use task::Batcher;

@@ -3,6 +3,10 @@
 //! The checks live in the constructor, so a value of the type is the proof that they ran:
 //! nothing downstream re-checks, and nothing can reach a batcher without them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::Priority;
@@ -83,6 +87,8 @@ pub struct ValidRequest {
     priority: Priority,
     /// Where the batcher records the request's queue wait and batch run, if it is traced.
     trace: Option<TraceHandle>,
+    /// Where the batcher adds the time of the request's run, if the caller counts it.
+    run_time: Option<Arc<RunTime>>,
 }
 
 /// The parts of a [`ValidRequest`], for the batcher to take apart.
@@ -94,6 +100,26 @@ pub(super) struct Parts {
     pub deadline: Option<Instant>,
     pub priority: Priority,
     pub trace: Option<TraceHandle>,
+    pub run_time: Option<Arc<RunTime>>,
+}
+
+/// The time a caller's requests spent running (their batches' runs, each counted whole for
+/// every request in it), summed as they finish: an ensemble hands one to all its steps and
+/// reports the sum as its own compute time, as Triton counts an ensemble's.
+#[derive(Debug, Default)]
+pub struct RunTime {
+    nanos: AtomicU64,
+}
+
+impl RunTime {
+    pub fn add(&self, took: Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::Relaxed))
+    }
 }
 
 impl ValidRequest {
@@ -127,6 +153,7 @@ impl ValidRequest {
             deadline: None,
             priority: Priority::Default,
             trace: None,
+            run_time: None,
         })
     }
 
@@ -173,6 +200,17 @@ impl ValidRequest {
 
     pub fn trace(&self) -> Option<&TraceHandle> {
         self.trace.as_ref()
+    }
+
+    /// The same request, the time of its run added to `run_time`.
+    #[must_use]
+    pub fn with_run_time(mut self, run_time: Option<Arc<RunTime>>) -> Self {
+        self.run_time = run_time;
+        self
+    }
+
+    pub fn run_time(&self) -> Option<&Arc<RunTime>> {
+        self.run_time.as_ref()
     }
 
     pub fn signature(&self) -> usize {
@@ -232,6 +270,7 @@ impl ValidRequest {
             deadline: self.deadline,
             priority: self.priority,
             trace: self.trace,
+            run_time: self.run_time,
         }
     }
 }

@@ -34,15 +34,16 @@ pub(super) fn piece_rows(rows: usize, limit: usize) -> Vec<usize> {
 /// `request` as pieces of `rows` rows each, or the request back when it cannot be cut: its
 /// inputs disagree on dimension 0, or the signature fixes that dimension, so a piece would
 /// not be a valid request. Output targets are dropped: the joined outputs are the caller's
-/// to copy into them.
+/// to copy into them. (The request comes back boxed: an error variant as large as a request
+/// would make every `Result` of this type that large.)
 pub(super) fn cut(
     request: ValidRequest,
     rows: &[usize],
     signatures: &[Signature],
-) -> Result<Vec<ValidRequest>, ValidRequest> {
+) -> Result<Vec<ValidRequest>, Box<ValidRequest>> {
     let pieces = match scatter(request.inputs().to_vec(), rows) {
         Ok(pieces) => pieces,
-        Err(_) => return Err(request),
+        Err(_) => return Err(Box::new(request)),
     };
     let mut cut = Vec::with_capacity(pieces.len());
     for inputs in pieces {
@@ -58,9 +59,10 @@ pub(super) fn cut(
                 piece
                     .with_deadline(request.deadline())
                     .with_priority(request.priority())
-                    .with_trace(request.trace().cloned()),
+                    .with_trace(request.trace().cloned())
+                    .with_run_time(request.run_time().cloned()),
             ),
-            Err(_) => return Err(request),
+            Err(_) => return Err(Box::new(request)),
         }
     }
     Ok(cut)

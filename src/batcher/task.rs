@@ -27,7 +27,7 @@ use super::gather::{batch_key, BatchKey};
 use super::instance_threads::{InstanceThreads, LONG_RUN};
 use super::instances::RunPlace;
 use super::policy::{BatchPolicy, BatchQueue, Next, Queued, Room};
-use super::request::Parts;
+use super::request::{Parts, RunTime};
 use super::runner::Runner;
 use super::telemetry::inferences;
 use crate::backend::{NamedTensor, OutputTarget};
@@ -44,6 +44,7 @@ struct Waiting {
     span: Span,
     enqueued: Instant,
     trace: Option<TraceHandle>,
+    run_time: Option<Arc<RunTime>>,
 }
 
 /// Who to answer once the running batch finishes.
@@ -51,6 +52,7 @@ struct Waiter {
     reply: oneshot::Sender<Reply>,
     span: Span,
     trace: Option<TraceHandle>,
+    run_time: Option<Arc<RunTime>>,
 }
 
 /// A batch that runs, by the task that runs it.
@@ -275,6 +277,7 @@ impl Batcher {
             targets,
             priority,
             trace,
+            run_time,
         } = request.into_parts();
         // A request that wants outputs written into its own memory runs alone.
         let mergeable = targets.iter().all(Option::is_none);
@@ -301,6 +304,7 @@ impl Batcher {
                 span,
                 enqueued,
                 trace,
+                run_time,
             },
         });
     }
@@ -337,6 +341,7 @@ impl Batcher {
                 reply: waiting.reply,
                 span: waiting.span,
                 trace: waiting.trace,
+                run_time: waiting.run_time,
             });
         }
         let (signature, outputs, targets) = call.unwrap_or_default();
@@ -389,6 +394,10 @@ impl Batcher {
                 instance,
             };
             trace.record(BATCH_RUN, started, ended, detail);
+        }
+        let took = ended.saturating_duration_since(started);
+        for run_time in waiters.iter().filter_map(|waiter| waiter.run_time.as_ref()) {
+            run_time.add(took);
         }
         let replies = match joined {
             Ok(outcome) => answers(outcome, count),

@@ -33,3 +33,22 @@ pub struct StepConfig {
 fn latest() -> i64 {
     -1
 }
+
+#[cfg(test)]
+impl StepConfig {
+    /// A step on the latest version of `model`, its maps given as (key, value) pairs.
+    pub(crate) fn mapped(model: &str, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> Self {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+                .collect()
+        };
+        Self {
+            model: model.into(),
+            version: -1,
+            input_map: map(inputs),
+            output_map: map(outputs),
+        }
+    }
+}

@@ -1,7 +1,6 @@
 //! Running one request through a checked [`Ensemble`]: wave by wave, the steps of a wave
 //! together, each step's outputs kept under their ensemble names for the steps after it.
 
-use std::collections::HashMap;
 use std::future::Future;
 
 use futures::future::try_join_all;
@@ -57,6 +56,10 @@ pub enum PipelineError<E> {
 /// `outputs` in that order, each written to its place in `targets` (aligned, or empty) where
 /// the step model's runtime can. Dropping the future drops the steps in flight, which
 /// withdraws them from their batchers.
+///
+/// The tensors so far are a short list searched by name: an ensemble has a handful, for which
+/// comparing names costs less than hashing them, and nothing is allocated per tensor. A wave
+/// of one step (a chain's every wave) is awaited as it is; only a wave of several is joined.
 pub async fn run<R: StepRunner>(
     ensemble: &Ensemble,
     inputs: Vec<NamedTensor>,
@@ -64,44 +67,30 @@ pub async fn run<R: StepRunner>(
     targets: &[OutputTarget],
     runner: &R,
 ) -> Result<Vec<NamedTensor>, PipelineError<R::Error>> {
-    let mut tensors: HashMap<String, Tensor> = inputs.into_iter().collect();
-    let target_of: HashMap<&str, &OutputTarget> =
-        outputs.iter().map(String::as_str).zip(targets).collect();
+    let (names, values): (Vec<String>, Vec<Tensor>) = inputs.into_iter().unzip();
+    let mut tensors = Tensors(names.iter().map(String::as_str).zip(values).collect());
+    let places = Places { outputs, targets };
     for wave in &ensemble.waves {
-        let calls = wave.iter().filter_map(|&index| {
-            let step = ensemble.steps.get(index)?;
-            Some((index, step, call(index, step, &tensors, &target_of)))
-        });
-        let runs = calls.map(|(index, step, call)| async move {
-            let number = index + 1;
-            let call = call.map_err(|output| PipelineError::MissingOutput {
-                number,
-                model: step.model.clone(),
-                output,
-            })?;
-            let produced =
-                runner
-                    .run_step(step, call)
-                    .await
-                    .map_err(|error| PipelineError::Step {
-                        number,
-                        model: step.model.clone(),
-                        error,
-                    })?;
-            Ok::<_, PipelineError<R::Error>>((number, step, produced))
-        });
-        for (number, step, produced) in try_join_all(runs).await? {
-            let mut produced: HashMap<String, Tensor> = produced.into_iter().collect();
-            for (output, tensor) in &step.outputs {
-                let value =
-                    produced
-                        .remove(output)
-                        .ok_or_else(|| PipelineError::MissingOutput {
-                            number,
-                            model: step.model.clone(),
-                            output: output.clone(),
-                        })?;
-                tensors.insert(tensor.clone(), value);
+        match wave.as_slice() {
+            [index] => {
+                let Some(step) = ensemble.steps.get(*index) else {
+                    continue;
+                };
+                let produced = run_one(*index, step, &tensors, &places, runner).await?;
+                tensors.keep(*index + 1, step, produced)?;
+            }
+            _ => {
+                let (tensors_now, places) = (&tensors, &places);
+                let runs = wave.iter().filter_map(|&index| {
+                    let step = ensemble.steps.get(index)?;
+                    Some(async move {
+                        let produced = run_one(index, step, tensors_now, places, runner).await?;
+                        Ok::<_, PipelineError<R::Error>>((index + 1, step, produced))
+                    })
+                });
+                for (number, step, produced) in try_join_all(runs).await? {
+                    tensors.keep(number, step, produced)?;
+                }
             }
         }
     }
@@ -118,14 +107,85 @@ pub async fn run<R: StepRunner>(
         .collect()
 }
 
-/// The call for step `index`: its inputs from the tensors so far (reference counted, not
+/// Runs step `index` on the tensors so far, its failure named after the step.
+async fn run_one<R: StepRunner>(
+    index: usize,
+    step: &Step,
+    tensors: &Tensors<'_>,
+    places: &Places<'_>,
+    runner: &R,
+) -> Result<Vec<NamedTensor>, PipelineError<R::Error>> {
+    let number = index + 1;
+    let call =
+        call(number, step, tensors, places).map_err(|output| PipelineError::MissingOutput {
+            number,
+            model: step.model.clone(),
+            output,
+        })?;
+    runner
+        .run_step(step, call)
+        .await
+        .map_err(|error| PipelineError::Step {
+            number,
+            model: step.model.clone(),
+            error,
+        })
+}
+
+/// The ensemble's tensors so far, by their ensemble names.
+struct Tensors<'n>(Vec<(&'n str, Tensor)>);
+
+impl<'n> Tensors<'n> {
+    fn get(&self, name: &str) -> Option<&Tensor> {
+        self.0
+            .iter()
+            .find_map(|(known, tensor)| (*known == name).then_some(tensor))
+    }
+
+    /// Keeps step `number`'s outputs under the ensemble names its output map gives them.
+    fn keep<E>(
+        &mut self,
+        number: usize,
+        step: &'n Step,
+        mut produced: Vec<NamedTensor>,
+    ) -> Result<(), PipelineError<E>> {
+        for (output, tensor) in &step.outputs {
+            let found = produced.iter().position(|(name, _)| name == output);
+            let (_, value) = found.map(|at| produced.swap_remove(at)).ok_or_else(|| {
+                PipelineError::MissingOutput {
+                    number,
+                    model: step.model.clone(),
+                    output: output.clone(),
+                }
+            })?;
+            self.0.push((tensor.as_str(), value));
+        }
+        Ok(())
+    }
+}
+
+/// The places the ensemble request has for its outputs: `targets` aligned with `outputs`,
+/// or empty.
+struct Places<'r> {
+    outputs: &'r [String],
+    targets: &'r [OutputTarget],
+}
+
+impl Places<'_> {
+    fn of(&self, tensor: &str) -> OutputTarget {
+        let index = self.outputs.iter().position(|name| name == tensor)?;
+        self.targets.get(index).cloned().flatten()
+    }
+}
+
+/// The call for step `number`: its inputs from the tensors so far (reference counted, not
 /// copied), and the places the request has for the ensemble outputs it produces. An `Err`
 /// names an ensemble tensor that is missing (the graph check makes that impossible).
 fn call(
-    index: usize,
+    number: usize,
     step: &Step,
-    tensors: &HashMap<String, Tensor>,
-    target_of: &HashMap<&str, &OutputTarget>,
+    tensors: &Tensors<'_>,
+    places: &Places<'_>,
 ) -> Result<StepCall, String> {
     let inputs = step
         .inputs
@@ -140,20 +200,27 @@ fn call(
         .iter()
         .map(|(output, _)| output.clone())
         .collect();
-    let targets: Vec<OutputTarget> = step
-        .outputs
-        .iter()
-        .map(|(_, tensor)| target_of.get(tensor.as_str()).and_then(|t| (*t).clone()))
-        .collect();
-    let targets = if targets.iter().any(Option::is_some) {
-        targets
-    } else {
+    let targets = if places.targets.is_empty() {
         Vec::new()
+    } else {
+        let targets: Vec<OutputTarget> = step
+            .outputs
+            .iter()
+            .map(|(_, tensor)| places.of(tensor))
+            .collect();
+        if targets.iter().any(Option::is_some) {
+            targets
+        } else {
+            Vec::new()
+        }
     };
     Ok(StepCall {
-        number: index + 1,
+        number,
         inputs,
         outputs,
         targets,
     })
 }
+
+#[cfg(test)]
+mod tests;

@@ -88,6 +88,42 @@ def test_metadata_config_readiness_and_statistics_describe_the_ensemble(server):
         "ranking_pipeline": 1, "feature_transform": 1, "ranker_mlp": 1, "top_k": 1}
 
 
+def test_the_ensemble_counts_inferences_executions_and_its_steps_runs_as_triton_does(server):
+    # Native Triton 2.51, asked the same of this ensemble: inference_count and execution_count
+    # grow with each request, batch_stats holds the request's batch size, and compute_infer
+    # is the composing models' compute for it. perf_analyzer reads these for the ensemble.
+    client = _http(server)
+    steps = ("feature_transform", "ranker_mlp", "top_k")
+
+    def stats(model: str) -> dict:
+        return client.get_inference_statistics(model)["model_stats"][0]
+
+    before = {m: stats(m) for m in ("ranking_pipeline", *steps)}
+    for batch in (1, 2):
+        features = httpclient.InferInput("RAW_FEATURES", [batch, CANDIDATES, 8], "FP32")
+        features.set_data_from_numpy(_raw(batch))
+        client.infer("ranking_pipeline", [features])
+    after = {m: stats(m) for m in before}
+
+    def grew(model: str, *path: str) -> int:
+        def get(s):
+            for key in path:
+                s = s[key]
+            return int(s)
+        return get(after[model]) - get(before[model])
+
+    ensemble = "ranking_pipeline"
+    assert grew(ensemble, "inference_count") == 3
+    assert grew(ensemble, "execution_count") == 2
+    for phase in ("queue", "compute_input", "compute_infer", "compute_output"):
+        assert grew(ensemble, "inference_stats", phase, "count") == 2, phase
+    sizes = {int(b["batch_size"]) for b in after[ensemble]["batch_stats"]}
+    assert {1, 2} <= sizes, after[ensemble]["batch_stats"]
+    # Each step's run is counted whole (the runtime's part and the batcher's around it).
+    steps_infer = sum(grew(m, "inference_stats", "compute_infer", "ns") for m in steps)
+    assert grew(ensemble, "inference_stats", "compute_infer", "ns") >= steps_infer > 0
+
+
 def test_tf_serving_rest_predict_calls_the_ensemble_signature(server):
     raw = _raw()
     want_values, _ = _expected(raw)

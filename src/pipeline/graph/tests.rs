@@ -21,12 +21,7 @@ fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 }
 
 fn step(model: &str, inputs: &[(&str, &str)], outputs: &[(&str, &str)]) -> StepConfig {
-    StepConfig {
-        model: model.into(),
-        version: -1,
-        input_map: map(inputs),
-        output_map: map(outputs),
-    }
+    StepConfig::mapped(model, inputs, outputs)
 }
 
 /// The step models: `transform` (x -> y), `ranker` (features -> scores), `topk`
