@@ -152,12 +152,13 @@ bench-all: bench $(call native_libs,$(ALL_FEATURES))
 	cargo bench --bench shm_vs_inline
 	cargo bench $(call cargo_features,$(ALL_FEATURES)) --bench backends
 	PERF_ANALYZER=$(PERF_ANALYZER) $(PY) scripts/bench_perf_analyzer.py
-	cargo bench --bench codecs --bench request_path
+	cargo bench --bench codecs --bench request_path --bench ensemble_steps
 
 ## bench-pipeline: ensembles and the response cache against native Triton (about 5 minutes);
-## the table goes into docs/BENCHMARKS.md
+## the table goes into docs/BENCHMARKS.md; then the scheduler's own cost per step, in process
 bench-pipeline: venv bench-build triton-onnx
 	$(PY) scripts/bench_pipeline.py --triton $(TRITON_ONNX)
+	cargo bench --bench ensemble_steps
 
 ## bench-triton: tensorport and native Triton alternating on the same .onnx files, KServe
 ## protocol (about 5 minutes); the table goes into docs/BENCHMARKS.md ("Against native Triton")
