@@ -44,7 +44,7 @@ KSERVE_WHEEL := $(KSERVE_WHEEL_DIR)/kserve-$(KSERVE_VERSION)-py3-none-any.whl
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: serve serve-all runtime test venv build release lint fmt models torch-fixtures tf-fixtures \
-	perf-analyzer bench bench-quick bench-all bench-build bench-overload bench-pipeline bench-triton triton-onnx mlserver clean tools \
+	perf-analyzer bench bench-quick bench-all bench-build bench-compare bench-overload bench-pipeline bench-triton triton-onnx mlserver clean tools \
 	deploy-check image-check libtorch libtensorflow test-under-load
 
 ## serve: build in release mode and serve $(MODEL_DIR) on ports $(GRPC_PORT) (gRPC) and $(REST_PORT) (REST)
@@ -171,6 +171,13 @@ triton-onnx: $(TRITON_ONNX)/start-triton.sh
 $(TRITON_ONNX)/start-triton.sh:
 	@[ -x "$(TRITON_SETUP)" ] || { echo "no $(TRITON_SETUP): set TRITON_SETUP to setup-triton-onnx.sh" >&2; exit 1; }
 	$(TRITON_SETUP) $(TRITON_ONNX)
+
+## bench-compare: the working tree's release build against BASE's (a revision, built once into
+## .cache/bench-compare/), alternated in rounds on the small-request and 1,000-row cells, with
+## per-round figures, median ratios and each server's CPU per inference (about 8 minutes)
+BASE ?= main
+bench-compare: venv bench-build
+	$(PY) scripts/bench_compare.py --base $(BASE) $(BENCH_COMPARE_ARGS)
 
 bench-build:
 	cargo build --release -p tensorport -p tensorport-loadgen

@@ -6,7 +6,7 @@
 //! is [`ErrorKind::table`], in `error_kind`).
 
 use crate::backend::BackendError;
-use crate::batcher::{BatchError, BatcherError, RequestError};
+use crate::batcher::{BatchError, BatcherError, RequestError, TooManyPieces};
 use crate::log_settings::LogSettingsError;
 use crate::pipeline::PipelineError;
 use crate::repository::{ConfineError, RepositoryError, ResidencyError};
@@ -69,10 +69,21 @@ pub enum Error {
     BatcherStopped { model: String },
     #[error(transparent)]
     Batch(#[from] BatchError),
+    /// `split_rows` would cut the request into more pieces than one request may make.
+    #[error(transparent)]
+    TooManyPieces(#[from] TooManyPieces),
     /// An input's decoded form would take more than is left of the request memory budget.
     #[error("input '{input}' would take {source}")]
     InputMemory {
         input: String,
+        #[source]
+        source: MemoryRefused,
+    },
+    /// What an output is made into after the run (the classes a KServe request asks for)
+    /// would take more than is left of the request memory budget.
+    #[error("output '{output}': the classes asked for would take {source}")]
+    OutputMemory {
+        output: String,
         #[source]
         source: MemoryRefused,
     },
@@ -140,6 +151,7 @@ impl From<BatcherError> for Error {
             BatcherError::QueueFull { model } => Self::QueueFull { model },
             BatcherError::DeadlineExceeded { model } => Self::DeadlineExceeded { model },
             BatcherError::Stopped { model } => Self::BatcherStopped { model },
+            BatcherError::TooManyPieces(err) => Self::TooManyPieces(err),
             BatcherError::Batch(err) => Self::Batch(err),
             BatcherError::Backend(err) => Self::Backend(err),
         }
@@ -153,7 +165,7 @@ impl Error {
             Self::InvalidArgument(_) | Self::Decode(_) => ErrorKind::InvalidArgument,
             Self::Backend(err) => err.kind(),
             Self::Request(err) => err.kind(),
-            Self::Version(_) => ErrorKind::InvalidArgument,
+            Self::Version(_) | Self::TooManyPieces(_) => ErrorKind::InvalidArgument,
             Self::PredictBody(err) => err.kind(),
             Self::Body(err) => err.kind(),
             Self::InferRequest(err) => err.kind(),
@@ -176,7 +188,9 @@ impl Error {
             Self::TraceSettings(err) => err.kind(),
             Self::Unimplemented(_) => ErrorKind::Unimplemented,
             Self::Internal(_) | Self::Batch(_) => ErrorKind::Internal,
-            Self::QueueFull { .. } | Self::InputMemory { .. } => ErrorKind::ResourceExhausted,
+            Self::QueueFull { .. } | Self::InputMemory { .. } | Self::OutputMemory { .. } => {
+                ErrorKind::ResourceExhausted
+            }
             Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Self::BatcherStopped { .. } => ErrorKind::Unavailable,
             Self::EnsembleStep { source, .. } => source.kind(),

@@ -21,8 +21,10 @@ use crate::traffic::{ShadowDispatcher, ShadowInputs, Traffic};
 mod cached_run;
 mod ensemble;
 mod payload;
+mod sequence;
 
 pub use cached_run::run_validated;
+pub use sequence::{Sequence, SequenceId};
 
 /// What a request names before its tensors are decoded.
 #[derive(Debug, Clone)]
@@ -49,6 +51,8 @@ pub struct Decoded {
     /// Whether an input is a view of the client's shared memory, which the client may reuse
     /// once answered: such a request gets no shadow copy.
     pub client_memory: bool,
+    /// The sequence the request says it belongs to (KServe's sequence extension), if any.
+    pub sequence: Option<Sequence>,
 }
 
 /// A request that resolved to a model version and passed validation: ready to run.
@@ -226,6 +230,7 @@ impl InferService {
         let trace = context.and_then(|context| context.start_trace(&model.name, model.version));
         let (signature, sig) = model.signature(target.signature)?;
         let decoded = decode(sig)?;
+        sequence::admit(&model, decoded.sequence.as_ref())?;
         let client_memory = decoded.client_memory;
         let deadline = earlier(load_deadline, deadline_of(context, decoded.timeout));
         let request = ValidRequest::new(

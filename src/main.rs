@@ -219,14 +219,17 @@ fn serve(
             .response_cache_bytes()
             .map(|bytes| Arc::new(tensorport::cache::ResponseCache::new(bytes)));
         if args.models.model_memory_budget.is_none() {
-            tensorport::repository::keep_freed_memory_for_reuse();
+            options.kept_freed_memory = tensorport::repository::keep_freed_memory_for_reuse();
         }
         let repository = ModelRepository::new(&model_dir, loader)
             .with_response_cache(response_cache)
             .with_memory_budget(args.models.model_memory_budget)
             .with_allowed_roots(&args.security.allow_model_paths)
             .map_err(|err| err.to_string())?
-            .loading_at_start(args.models.startup_models());
+            .with_allowed_log_roots(&args.security.allow_log_paths)
+            .map_err(|err| err.to_string())?
+            .loading_at_start(args.models.startup_models())
+            .with_client_control(args.models.model_control_api);
         let repository = match source.models.served(&source.root) {
             Ok(None) => repository,
             Ok(Some(models)) => repository.serving_only(models),
@@ -252,8 +255,11 @@ fn serve(
                 )),
             )
             .with_shadow(|shadow| {
-                // Shadow copies stop short of the limit, so they never take a client's place.
-                shadow.with_concurrency_limit(options.overload.max_concurrent_requests)
+                // Shadow copies stop short of the limit, so they never take a client's place;
+                // what they hold stays within half of the request memory budget.
+                shadow
+                    .with_concurrency_limit(options.overload.max_concurrent_requests)
+                    .with_memory_budget(options.overload.max_inflight_request_bytes)
             }),
         );
         tracing::info!(

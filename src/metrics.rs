@@ -72,6 +72,7 @@ pub struct Metrics {
     traces: TraceCounters,
     payload_log: PayloadLogMetrics,
     request_memory: Gauge,
+    memory_trims: Counter,
     /// Whether scrapes carry the peers' names too (`--peer-metric-names`).
     peer_names: bool,
 }
@@ -221,6 +222,13 @@ impl Metrics {
              requests in flight, as they take once decoded, and answers not yet sent",
             request_memory.clone(),
         );
+        let memory_trims = Counter::default();
+        registry.register(
+            "memory_trims",
+            "Times the server handed the memory its allocator kept free back to the operating \
+             system, once idle after heavy request traffic",
+            memory_trims.clone(),
+        );
         Self {
             registry: root,
             tensor_bytes_copied,
@@ -245,6 +253,7 @@ impl Metrics {
             traces,
             payload_log,
             request_memory,
+            memory_trims,
             peer_names: true,
         }
     }
@@ -263,6 +272,11 @@ impl Metrics {
 
     pub fn request_memory(&self) -> Gauge {
         self.request_memory.clone()
+    }
+
+    /// Counts the idle trimmer's trims (`repository::idle_trim`).
+    pub fn memory_trims(&self) -> Counter {
+        self.memory_trims.clone()
     }
 
     /// The counters of answers cut off for the send timeout, for the transport.

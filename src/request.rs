@@ -281,6 +281,13 @@ impl RequestContext {
         }
     }
 
+    /// The request memory budget itself, for what the request leaves behind past its answer
+    /// (a shadow copy): that work charges it on its own, and a refusal there is not this
+    /// request's. `None` without a budget.
+    pub fn memory_pool(&self) -> Option<Arc<dyn MemoryPool>> {
+        self.memory.clone()
+    }
+
     /// Whether a charge of [`RequestContext::hold_memory`] was refused.
     pub fn memory_refused(&self) -> bool {
         self.memory_refused.load(Ordering::Relaxed)

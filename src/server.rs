@@ -4,7 +4,8 @@
 //!
 //! Shutdown, in order: readiness turns false (HTTP probes answer 503, gRPC health
 //! NOT_SERVING); after `shutdown_delay` the listeners close, so new connections are refused;
-//! requests in flight, and those queued behind them in the batchers, finish (up to `drain`),
+//! requests in flight, and those queued behind them in the batchers, finish (up to `drain`;
+//! the batchers run what is queued without waiting out `max_queue_delay`),
 //! and so do requests that reach a connection already open (HTTP/2 connections are told
 //! GOAWAY, HTTP/1.1 answers say `Connection: close`; see [`crate::transport`]); then [`run`]
 //! returns `Ok` and the process exits 0. Idle connections close once nothing is in flight.
@@ -42,6 +43,7 @@ use crate::proto::inference::grpc_inference_service_server::GrpcInferenceService
 use crate::proto::tensorflow::serving::{
     model_service_server::ModelServiceServer, prediction_service_server::PredictionServiceServer,
 };
+use crate::repository::{return_memory_when_idle, KeptFreedMemory};
 use crate::tensor::tensor_proto::ResponseEncoding;
 use crate::trace::export::ExportError;
 use crate::trace::{TraceConfig, TraceMode, TraceSettings, Tracer};
@@ -92,6 +94,9 @@ pub struct ServerOptions {
     pub trace: TraceConfig,
     /// What Triton's trace extension reads and changes, and what samples requests.
     pub trace_settings: Arc<TraceSettings>,
+    /// Set where `main` tuned malloc to keep freed memory for reuse: the server then gives
+    /// the arenas' free tops back while traffic pauses (`repository::idle_trim`).
+    pub kept_freed_memory: Option<KeptFreedMemory>,
 }
 
 impl ServerOptions {
@@ -122,6 +127,7 @@ impl Default for ServerOptions {
                 TraceMode::Triton,
                 TraceConfig::default().sampling,
             )),
+            kept_freed_memory: None,
         }
     }
 }
@@ -310,6 +316,13 @@ pub async fn run(
         let (overload, stopped) = (overload.clone(), stopped(stop_rx.clone()));
         async move { overload.prune_rate_limiter(stopped).await }
     });
+    // What a burst made malloc keep goes back to the system once the server is idle.
+    tokio::spawn(return_memory_when_idle(
+        overload.memory_budget(),
+        options.kept_freed_memory,
+        infer.shared_metrics().memory_trims(),
+        stopped(stop_rx.clone()),
+    ));
 
     // Read now rather than when the flags were parsed: the limit may have been raised since.
     let max_connections = options
@@ -407,6 +420,8 @@ pub async fn run(
         () = tokio::time::sleep(options.shutdown_delay) => {}
     }
     let _ = stop_tx.send(true);
+    // Nothing queued may wait out its `max_queue_delay` now: that could outlast the drain.
+    infer.repository().flush_queues();
     tracing::info!(
         drain_secs = options.drain.as_secs(),
         "listeners closed; draining requests in flight"

@@ -168,6 +168,57 @@ async fn a_piece_past_the_deadline_fails_the_whole_request() -> TestResult {
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_of_sixty_thousand_one_row_pieces_is_refused_clearly() -> TestResult {
+    let repo = TempRepo::new("split-many");
+    // The review's attack: one row a piece, every request alone, and a queue long enough to
+    // take every piece. Queued, 60,000 pieces cost the batcher the square of their number.
+    let (server, _gate) = echo_server(
+        &repo,
+        "[batching]\nmax_batch_size = 1\nsplit_rows = 1\nmax_queue_size = 1048576\n",
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let answer = client
+        .post(format!("{}/v2/models/echo/infer", server.rest_url))
+        .json(&infer_body(60_000))
+        .send()
+        .await?;
+    assert_eq!(answer.status(), 400);
+    let text = answer.text().await?;
+    for part in ["split_rows = 1", "60000 rows", "at most 4096 rows"] {
+        assert!(text.contains(part), "{text}");
+    }
+    // Refused before anything was queued or run.
+    assert_eq!(executions(&client, &server).await?, (0, 0));
+    server.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_within_the_piece_bound_runs_as_that_many_pieces() -> TestResult {
+    let repo = TempRepo::new("split-bound");
+    let (server, _gate) = echo_server(
+        &repo,
+        "[batching]\nmax_batch_size = 1\nsplit_rows = 1\nmax_queue_size = 4096\n",
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let answer: Value = client
+        .post(format!("{}/v2/models/echo/infer", server.rest_url))
+        .json(&infer_body(2_000))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    assert_eq!(answer["outputs"][0]["shape"], json!([2_000, 3]));
+    assert_eq!(answer["outputs"][0]["data"], json!(rows_of(2_000)));
+    assert_eq!(executions(&client, &server).await?, (2_000, 2_000));
+    server.stop().await;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_split_size_past_a_preferred_batch_size_is_refused_at_load() -> TestResult {
     let repo = TempRepo::new("split-bad");

@@ -48,6 +48,36 @@ fn host(url: &str) -> &str {
     url.trim_start_matches("http://")
 }
 
+/// `streams` KServe gRPC calls for 1 MiB answers on one HTTP/2 connection whose client makes
+/// no room for any answer (its window is 0): the calls' answers, as the client awaits them.
+async fn ask_for_answers_never_read(
+    server: &TestServer,
+    streams: usize,
+) -> Result<Vec<h2::client::ResponseFuture>, Box<dyn std::error::Error>> {
+    let tcp = TcpStream::connect(host(&server.grpc_url)).await?;
+    let (client, connection) = h2::client::Builder::new()
+        .initial_window_size(0)
+        .handshake::<_, bytes::Bytes>(tcp)
+        .await?;
+    tokio::spawn(connection);
+    let mut client = client.ready().await?;
+    let mut answers = Vec::new();
+    for _ in 0..streams {
+        let request = http::Request::post(format!(
+            "{}/inference.GRPCInferenceService/ModelInfer",
+            server.grpc_url
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())?;
+        let (response, mut send) = client.send_request(request, false)?;
+        send.send_data(grpc_frame(&echo(MIB)), true)?;
+        answers.push(response);
+        client = client.ready().await?;
+    }
+    Ok(answers)
+}
+
 /// Waits (polling) until `what` holds; fails after [`HANG`].
 async fn until(what: impl Fn() -> bool, why: &str) {
     let start = Instant::now();
@@ -105,27 +135,7 @@ async fn answers_an_http2_client_makes_no_room_for_stay_charged_until_their_stre
     let in_flight = server.metrics.in_flight();
     let resets = server.metrics.send_timeouts().streams;
 
-    let tcp = TcpStream::connect(host(&server.grpc_url)).await?;
-    let (client, connection) = h2::client::Builder::new()
-        .initial_window_size(0)
-        .handshake::<_, bytes::Bytes>(tcp)
-        .await?;
-    tokio::spawn(connection);
-    let mut client = client.ready().await?;
-    let mut answers = Vec::new();
-    for _ in 0..4 {
-        let request = http::Request::post(format!(
-            "{}/inference.GRPCInferenceService/ModelInfer",
-            server.grpc_url
-        ))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())?;
-        let (response, mut send) = client.send_request(request, false)?;
-        send.send_data(grpc_frame(&echo(MIB)), true)?;
-        answers.push(response);
-        client = client.ready().await?;
-    }
+    let answers = ask_for_answers_never_read(&server, 4).await?;
     let mut bodies = Vec::new();
     for response in answers {
         let response = tokio::time::timeout(HANG, response).await??;
@@ -172,6 +182,41 @@ async fn answers_an_http2_client_makes_no_room_for_stay_charged_until_their_stre
         "the read answer's charge is given back",
     )
     .await;
+    server.stop().await;
+    Ok(())
+}
+
+/// A stalled client's answers, once the send timeout has reset them, leave memory that the
+/// server's allocator would keep for good; once the server is idle it gives it back, counted
+/// in `tensorport_memory_trims_total` (what it gives back is measured against the real
+/// binary, whose allocator `main` tunes, in tests/python/test_stalled_client_memory.py).
+/// Before the fix nothing was ever trimmed after request traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_stalled_client_made_the_server_take_is_given_back_once_idle() -> TestResult {
+    const STREAMS: usize = 32;
+    let server = start(256 * MIB, Duration::from_secs(1)).await;
+    let memory = server.metrics.request_memory();
+    let resets = server.metrics.send_timeouts().streams;
+    let trims = server.metrics.memory_trims();
+    assert_eq!(trims.get(), 0);
+
+    let answers = ask_for_answers_never_read(&server, STREAMS).await?;
+    for response in answers {
+        let response = tokio::time::timeout(HANG, response).await??;
+        assert_eq!(response.status(), 200);
+        let mut body = response.into_body();
+        let data = tokio::time::timeout(HANG, body.data())
+            .await
+            .expect("the server resets the stream");
+        assert!(matches!(data, Some(Err(_))), "expected a reset: {data:?}");
+    }
+    assert_eq!(resets.get(), STREAMS as u64);
+    until(
+        || memory.get() == 0,
+        "the reset answers' charge is given back",
+    )
+    .await;
+    until(|| trims.get() >= 1, "the idle server gives memory back").await;
     server.stop().await;
     Ok(())
 }

@@ -137,14 +137,36 @@ where
 }
 
 async fn ready(State(health): State<Arc<Health>>) -> Response {
-    match health.background.failure() {
-        Some(reason) => {
-            let mut response = json_response(&json!({ "ready": false, "reason": reason }));
-            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-            response
-        }
-        None => readiness(health.ready()),
+    let mut body = match health.background.failure() {
+        Some(reason) => json!({ "ready": false, "reason": reason }),
+        None => json!({ "ready": health.ready() }),
+    };
+    // Payload logs that lost records are shown, but do not make the server unready: logging
+    // never fails a request, and a full log disk should not take the models out of service.
+    if let Some(losses) = payload_log_losses(health.infer.repository()) {
+        body["payload_log"] = losses;
     }
+    let ready = body["ready"] == true;
+    readiness(ready, &body)
+}
+
+/// `{model: {records_lost, error, failing}}` for each model whose payload log lost records;
+/// `None` when none did.
+fn payload_log_losses(repository: &ModelRepository) -> Option<serde_json::Value> {
+    let snapshot = repository.snapshot();
+    let losses: serde_json::Map<String, serde_json::Value> = snapshot
+        .models()
+        .filter_map(|record| {
+            let losses = record.payload_log.as_ref()?.losses()?;
+            let detail = json!({
+                "records_lost": losses.records_lost,
+                "error": losses.error,
+                "failing": losses.failing,
+            });
+            Some((record.name.clone(), detail))
+        })
+        .collect();
+    (!losses.is_empty()).then_some(serde_json::Value::Object(losses))
 }
 
 async fn live() -> Response {
@@ -152,8 +174,8 @@ async fn live() -> Response {
 }
 
 /// 200 with `{"ready": true}`, or 503 with `{"ready": false}`: probes read the status.
-fn readiness(ready: bool) -> Response {
-    let mut response = json_response(&json!({ "ready": ready })).into_response();
+fn readiness(ready: bool, body: &serde_json::Value) -> Response {
+    let mut response = json_response(body).into_response();
     if !ready {
         *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
     }

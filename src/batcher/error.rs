@@ -18,10 +18,32 @@ pub enum BatcherError {
     /// The batcher has stopped (the version is being unloaded).
     #[error("model '{model}' is no longer accepting requests")]
     Stopped { model: String },
+    /// `split_rows` would cut the request into more pieces than one request may make.
+    #[error(transparent)]
+    TooManyPieces(#[from] TooManyPieces),
     #[error(transparent)]
     Batch(#[from] BatchError),
     #[error(transparent)]
     Backend(#[from] BackendError),
+}
+
+/// A request with so many rows that `split_rows` would cut it into more pieces than one
+/// request may queue (see [`super::BatchPolicy::max_pieces`]): each piece costs the queue a
+/// place and a step, so the client is told to send fewer rows instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "model '{model}' runs at most split_rows = {split_rows} rows at a time: a request of \
+     {rows} rows would be cut into {pieces} pieces, more than the {max_pieces} one request may \
+     make; send at most {max_rows} rows per request"
+)]
+pub struct TooManyPieces {
+    pub model: String,
+    pub rows: usize,
+    pub split_rows: usize,
+    pub pieces: usize,
+    pub max_pieces: usize,
+    /// `split_rows` times `max_pieces`: the most rows a request may have.
+    pub max_rows: usize,
 }
 
 impl BatcherError {
@@ -30,6 +52,7 @@ impl BatcherError {
             Self::QueueFull { .. } => ErrorKind::ResourceExhausted,
             Self::DeadlineExceeded { .. } => ErrorKind::DeadlineExceeded,
             Self::Stopped { .. } => ErrorKind::Unavailable,
+            Self::TooManyPieces(_) => ErrorKind::InvalidArgument,
             Self::Batch(_) => ErrorKind::Internal,
             Self::Backend(err) => err.kind(),
         }

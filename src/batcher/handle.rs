@@ -25,9 +25,11 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use super::channel::{release, Message, Reply};
+use super::error::TooManyPieces;
 use super::execute::{answer, panicked, Run};
 use super::instances::RunPlace;
 use super::policy::BatchPolicy;
+use super::priority::Priority;
 use super::request::Parts;
 use super::runner::Runner;
 use super::split;
@@ -99,21 +101,61 @@ impl BatcherHandle {
     /// batcher has stopped (UNAVAILABLE). The current `tracing` span travels with it.
     pub fn enqueue(&self, request: ValidRequest) -> Result<Pending, BatcherError> {
         let now = Instant::now();
+        self.check_deadline(&request, now)?;
+        self.admit(1, request.priority())?;
+        self.send(request, now)
+    }
+
+    /// Queues the pieces of one request, all or none: they are admitted together, so that a
+    /// request too large for the room left neither takes part of it nor leaves pieces behind
+    /// to withdraw. The pieces share the request's deadline and priority.
+    fn enqueue_all(&self, pieces: Vec<ValidRequest>) -> Result<Vec<Pending>, BatcherError> {
+        let now = Instant::now();
+        let Some(first) = pieces.first() else {
+            return Ok(Vec::new());
+        };
+        self.check_deadline(first, now)?;
+        self.admit(pieces.len(), first.priority())?;
+        let mut unsent = pieces.len();
+        let mut pending = Vec::with_capacity(unsent);
+        for piece in pieces {
+            unsent -= 1;
+            match self.send(piece, now) {
+                Ok(answer) => pending.push(answer),
+                Err(err) => {
+                    // The pieces sent are withdrawn as `pending` drops; those never sent
+                    // give their places back here.
+                    release(&self.depth, unsent);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(pending)
+    }
+
+    fn check_deadline(&self, request: &ValidRequest, now: Instant) -> Result<(), BatcherError> {
         if request.deadline().is_some_and(|deadline| deadline <= now) {
             return Err(BatcherError::DeadlineExceeded {
                 model: self.model.clone(),
             });
         }
-        let admitted = self
-            .depth
+        Ok(())
+    }
+
+    /// Counts `count` requests of `priority` into the queue, or refuses them all.
+    fn admit(&self, count: usize, priority: Priority) -> Result<(), BatcherError> {
+        self.depth
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
                 self.policy
-                    .admits(waiting, request.priority())
-                    .then_some(waiting + 1)
-            });
-        if admitted.is_err() {
-            return Err(self.queue_full());
-        }
+                    .admits_all(waiting, count, priority)
+                    .then_some(waiting + count)
+            })
+            .map(|_| ())
+            .map_err(|_| self.queue_full())
+    }
+
+    /// Hands an admitted request to the actor; a request it cannot take gives its place back.
+    fn send(&self, request: ValidRequest, now: Instant) -> Result<Pending, BatcherError> {
         let (reply, receiver) = oneshot::channel();
         let message = Message {
             request,
@@ -150,27 +192,39 @@ impl BatcherHandle {
     }
 
     /// `request` queued as pieces, when it has more rows than the version's `split_rows`
-    /// and can be cut; else the request back, to run whole.
+    /// and can be cut; else the request back, to run whole. A request that would make more
+    /// pieces than [`BatchPolicy::max_pieces`] is refused (INVALID_ARGUMENT) before any is
+    /// made.
     fn split(&self, request: ValidRequest) -> Result<Split, BatcherError> {
         let Some(limit) = self.policy.split_rows() else {
             return Ok(Split::Whole(request));
         };
         let rows = usize::try_from(request.inferences()).unwrap_or(usize::MAX);
-        let pieces = split::piece_rows(rows, limit);
-        if pieces.len() < 2 {
+        let count = split::piece_count(rows, limit);
+        if count < 2 || !split::can_cut(&request, rows, count, self.runner.signatures()) {
             return Ok(Split::Whole(request));
         }
+        let max_pieces = self.policy.max_pieces();
+        if count > max_pieces {
+            return Err(TooManyPieces {
+                model: self.model.clone(),
+                rows,
+                split_rows: limit,
+                pieces: count,
+                max_pieces,
+                max_rows: limit.saturating_mul(max_pieces),
+            }
+            .into());
+        }
         let outputs = request.outputs().to_vec();
+        let pieces = split::piece_rows(rows, limit);
         let pieces = match split::cut(request, &pieces, self.runner.signatures()) {
             Ok(pieces) => pieces,
             Err(whole) => return Ok(Split::Whole(*whole)),
         };
         // Every piece is queued before any is awaited, so that free instances take them at
-        // once; a piece refused (a full queue) refuses the request, withdrawing the others.
-        let pending = pieces
-            .into_iter()
-            .map(|piece| self.enqueue(piece))
-            .collect::<Result<Vec<_>, _>>()?;
+        // once.
+        let pending = self.enqueue_all(pieces)?;
         Ok(Split::Pieces { pending, outputs })
     }
 

@@ -6,13 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::execute::{execute, Outcome, Run};
+use super::flush::Flush;
 use super::instances::{Instances, RunPlace};
 use super::telemetry::Telemetry;
 use crate::backend::{Backend, NamedTensor};
 use crate::metrics::{ModelMetrics, SecondsCounter};
 
-/// How a version's runs are spread: over how many instances, and which may skip the queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How a version's runs are spread: over how many instances, which may skip the queue, and
+/// when its queue stops waiting for company.
+#[derive(Debug, Clone)]
 pub struct Execution {
     /// How many batches may run at once (at least one).
     pub instances: usize,
@@ -20,6 +22,8 @@ pub struct Execution {
     /// thread, without the actor, when the version's runs are expected to take at most this
     /// long (see `instances::RunEstimate` for how that is measured). Zero turns this off.
     pub inline_max: Duration,
+    /// The server's drain: once started, queued requests run without waiting out the delay.
+    pub flush: Flush,
 }
 
 impl Default for Execution {
@@ -28,6 +32,7 @@ impl Default for Execution {
         Self {
             instances: 1,
             inline_max: Duration::ZERO,
+            flush: Flush::default(),
         }
     }
 }

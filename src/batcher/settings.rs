@@ -48,7 +48,9 @@ pub struct BatchSettings {
     /// 0 into pieces of at most this many, as even as possible, which queue as requests of
     /// their own, so that free instances run them at once; their outputs are joined in
     /// order. No batch merges past it either. A large request then takes as many cores as
-    /// the version has instances, instead of one.
+    /// the version has instances, instead of one. A request is cut into at most 4,096 pieces
+    /// (and no more than `max_queue_size`, since its pieces are queued all at once): one with
+    /// more rows than that many pieces hold is refused with INVALID_ARGUMENT.
     pub split_rows: usize,
 }
 

@@ -21,14 +21,53 @@ use crate::backend::{NamedTensor, Signature};
 /// possible (1,000 rows at a limit of 256: four pieces of 250), so that the pieces running
 /// side by side finish together.
 pub(super) fn piece_rows(rows: usize, limit: usize) -> Vec<usize> {
-    if limit == 0 || rows <= limit {
+    let pieces = piece_count(rows, limit);
+    if pieces < 2 {
         return vec![rows];
     }
-    let pieces = rows.div_ceil(limit);
     let (base, longer) = (rows / pieces, rows % pieces);
     (0..pieces)
         .map(|i| base + usize::from(i < longer))
         .collect()
+}
+
+/// How many pieces [`piece_rows`] cuts `rows` rows into, without making them: a request's
+/// piece count is checked against its bound before anything is allocated per piece.
+pub(super) fn piece_count(rows: usize, limit: usize) -> usize {
+    if limit == 0 || rows <= limit {
+        1
+    } else {
+        rows.div_ceil(limit)
+    }
+}
+
+/// Whether [`cut`] can cut `request`, of `rows` rows, into `pieces` pieces: every input has
+/// `rows` rows, and the signature takes the pieces' row counts (they differ by one at most).
+/// The same checks the pieces would meet, made before they are made, so that a request that
+/// would run whole anyway is not refused for the pieces it would have made.
+pub(super) fn can_cut(
+    request: &ValidRequest,
+    rows: usize,
+    pieces: usize,
+    signatures: &[Signature],
+) -> bool {
+    let Some(signature) = signatures.get(request.signature()) else {
+        return false;
+    };
+    let sizes = [rows / pieces.max(1), rows.div_ceil(pieces.max(1))];
+    request.inputs().iter().all(|(name, tensor)| {
+        let Some(spec) = signature.inputs.iter().find(|spec| spec.name == *name) else {
+            return false;
+        };
+        let Some((&first, rest)) = tensor.shape().split_first() else {
+            return false;
+        };
+        first == rows
+            && sizes.iter().all(|&size| {
+                let piece: Vec<usize> = std::iter::once(size).chain(rest.iter().copied()).collect();
+                spec.accepts_shape(&piece)
+            })
+    })
 }
 
 /// `request` as pieces of `rows` rows each, or the request back when it cannot be cut: its
@@ -94,6 +133,74 @@ pub(super) async fn join(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::TensorSpec;
+    use crate::batcher::policy::{BatchPolicy, MAX_PIECES};
+    use crate::batcher::{BatchSettings, Priority, MAX_QUEUE_SIZE};
+    use crate::tensor::{DataType, Tensor};
+
+    #[test]
+    fn the_piece_count_is_known_before_the_pieces_are_made() {
+        for (rows, limit) in [
+            (1000, 256),
+            (1001, 500),
+            (7, 2),
+            (10, 0),
+            (500, 500),
+            (3, 1),
+        ] {
+            assert_eq!(piece_count(rows, limit), piece_rows(rows, limit).len());
+        }
+        // Counted, not made: a count no memory could hold is still just a number.
+        assert_eq!(piece_count(usize::MAX, 1), usize::MAX);
+    }
+
+    #[test]
+    fn a_request_makes_at_most_max_pieces_and_they_are_admitted_together() {
+        let policy = |max_queue_size| {
+            BatchPolicy::new(&BatchSettings {
+                split_rows: 1,
+                max_queue_size,
+                ..BatchSettings::default()
+            })
+        };
+        assert_eq!(policy(MAX_QUEUE_SIZE).max_pieces(), MAX_PIECES);
+        assert_eq!(policy(100).max_pieces(), 100);
+        let four = policy(4);
+        assert!(four.admits_all(0, 4, Priority::Default));
+        assert!(!four.admits_all(1, 4, Priority::Default));
+        assert!(four.admits_all(1, 3, Priority::Default));
+        assert!(four.admits_all(4, 0, Priority::Default));
+        // The reserve of one place past the limit is high priority's.
+        assert!(four.admits_all(1, 4, Priority::High));
+        assert!(!four.admits_all(usize::MAX, 2, Priority::High));
+    }
+
+    #[test]
+    fn only_a_request_whose_pieces_its_signature_takes_can_be_cut() {
+        let signature = |shape: Vec<i64>| Signature {
+            name: "serving_default".into(),
+            inputs: vec![TensorSpec::new("x", DataType::F32, shape)],
+            outputs: vec![TensorSpec::new("y", DataType::F32, vec![-1, 2])],
+        };
+        let x = Tensor::from_vec(vec![5, 2], vec![0.0_f32; 10]).expect("a tensor");
+        let request = |signatures: &[Signature]| {
+            ValidRequest::new(
+                signatures,
+                0,
+                vec![("x".into(), x.clone())],
+                Vec::new(),
+                Vec::new(),
+            )
+            .expect("a valid request")
+        };
+        let any_rows = [signature(vec![-1, 2])];
+        assert!(can_cut(&request(&any_rows), 5, 3, &any_rows));
+        // Five rows only: a piece of two or three would not be a valid request.
+        let five_rows = [signature(vec![5, 2])];
+        assert!(!can_cut(&request(&five_rows), 5, 3, &five_rows));
+        // Rows other than the request's are not what it would be cut along.
+        assert!(!can_cut(&request(&any_rows), 4, 2, &any_rows));
+    }
 
     #[test]
     fn pieces_are_even_and_never_past_the_limit() {

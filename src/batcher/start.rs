@@ -46,7 +46,8 @@ impl Batcher {
         Self::spawn_with(model, backend, settings, execution, telemetry)
     }
 
-    /// Like [`Batcher::spawn`], with instances and inline runs as `execution` says.
+    /// Like [`Batcher::spawn`], with instances, inline runs and the drain as `execution`
+    /// says.
     pub fn spawn_with(
         model: impl Into<String>,
         backend: Arc<dyn Backend>,
@@ -61,11 +62,13 @@ impl Batcher {
         // bound only backs the count up.
         let (sender, receiver) = mpsc::channel(policy.capacity());
         let depth = Arc::new(AtomicUsize::new(0));
+        let flush = execution.flush.subscribe();
         let runner = Arc::new(Runner::new(&model, backend, execution, telemetry));
         let batcher = Batcher::new(
             model.clone(),
             runner.clone(),
             receiver,
+            flush,
             policy.clone(),
             depth.clone(),
         );

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::Instant;
 use tracing::Span;
@@ -26,7 +26,8 @@ use super::execute::{answers, panicked, Outcome, Run};
 use super::gather::{batch_key, BatchKey};
 use super::instance_threads::{InstanceThreads, LONG_RUN};
 use super::instances::RunPlace;
-use super::policy::{BatchPolicy, BatchQueue, Next, Queued, Room};
+use super::policy::{BatchPolicy, Next, Queued, Room};
+use super::queue::BatchQueue;
 use super::request::{Parts, RunTime};
 use super::runner::Runner;
 use super::telemetry::inferences;
@@ -119,6 +120,8 @@ enum Event {
     Freed,
     /// The queue delay the alarm was set for is over, as of this time.
     Wake(Instant),
+    /// The server's drain began (`true`), or can no longer begin (`false`).
+    Drain(bool),
 }
 
 /// The batching actor of one model version. Start it with [`Batcher::spawn`] (start.rs).
@@ -126,6 +129,8 @@ pub struct Batcher {
     model: String,
     runner: Arc<Runner>,
     receiver: mpsc::Receiver<Message>,
+    /// Turns `true` when the server's drain begins: the queue then stops waiting for company.
+    flush: watch::Receiver<bool>,
     queue: BatchQueue<BatchKey, Waiting>,
     /// Requests admitted and not yet cut into a batch or dropped; shared with the handle,
     /// which increments it on admission. The actor decrements it.
@@ -139,6 +144,7 @@ impl Batcher {
         model: String,
         runner: Arc<Runner>,
         receiver: mpsc::Receiver<Message>,
+        flush: watch::Receiver<bool>,
         policy: BatchPolicy,
         depth: Arc<AtomicUsize>,
     ) -> Self {
@@ -146,6 +152,7 @@ impl Batcher {
             model,
             runner,
             receiver,
+            flush,
             queue: BatchQueue::new(policy),
             depth,
         }
@@ -160,6 +167,11 @@ impl Batcher {
         let mut alarm = Alarm::default();
         // When the alarm last rang: the delay it was set for is over from then on.
         let mut rang: Option<Instant> = None;
+        // Until the drain begins (or cannot any more: the repository is gone).
+        let mut before_drain = !*self.flush.borrow_and_update();
+        if !before_drain {
+            self.queue.close();
+        }
         loop {
             let now = rang
                 .take()
@@ -228,6 +240,7 @@ impl Batcher {
                 }
                 () = instances.freed() => Event::Freed,
                 at = alarm.rung(), if wake.is_some() => Event::Wake(at),
+                changed = self.flush.changed(), if before_drain => Event::Drain(changed.is_ok()),
                 else => break,
             };
             match event {
@@ -256,6 +269,14 @@ impl Batcher {
                     }
                 }
                 Event::Wake(at) => rang = Some(at),
+                Event::Drain(started) => {
+                    before_drain = false;
+                    // The flag only ever turns true; an error means it never will.
+                    if started {
+                        tracing::debug!(model = %self.model, "draining: queued requests run now");
+                        self.queue.close();
+                    }
+                }
                 Event::Freed => {}
             }
         }

@@ -1,7 +1,8 @@
 //! The batcher under a paused clock, against a mock backend (the only place a mock is used):
 //! the mock and the helpers here, the tests by concern in the children (queue.rs: when batches
 //! are cut and what is refused or dropped; failures.rs: backend errors, panics and shutdown;
-//! instances.rs: several batches at once; inline.rs: requests that run on the caller's thread).
+//! instances.rs: several batches at once; inline.rs: requests that run on the caller's thread;
+//! split.rs: requests cut into pieces).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
@@ -20,6 +21,7 @@ mod failures;
 mod inline;
 mod instances;
 mod queue;
+mod split;
 
 type Error = BatcherError;
 

@@ -6,6 +6,11 @@
 //! collide never share an answer. Every entry is charged its key, its outputs and a fixed
 //! overhead, and inserting evicts from the tail until the total fits the capacity: the bytes
 //! held stay bounded whatever keys clients send.
+//!
+//! The charge is what the entry's allocations take, as the allocator rounds them, not a count
+//! of its elements: a string answer is copied into one buffer with an offset per element (two
+//! allocations), never one allocation per element, which for short strings cost three times
+//! what their bytes were charged.
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
@@ -17,11 +22,24 @@ use super::key::{self, KeyParts, RequestKey};
 use crate::backend::NamedTensor;
 use crate::tensor::{Strings, Tensor, TensorData};
 
-/// What an entry costs beyond its key and tensor bytes: its slab slot, its place in the map,
-/// the answer's vector and allocations' headers.
-pub const ENTRY_OVERHEAD: u64 = 160;
-/// What each output tensor costs beyond its name, shape and data.
-const TENSOR_OVERHEAD: u64 = 96;
+/// What an entry costs beyond its key and outputs: its slab slot (twice: the slab grows by
+/// doubling), its place in the map (a bucket and its control byte, three times: the map keeps
+/// an eighth free and grows by doubling), the map's first block of slots for its hash, the
+/// answer's header and rounding, and the key's shared header and the alignment padding its
+/// buffer was allocated with.
+pub const ENTRY_OVERHEAD: u64 = 2 * size_of::<Option<Slot>>() as u64
+    + 3 * (size_of::<(u64, Vec<usize>)>() as u64 + 1)
+    + 48
+    + 32
+    + 32
+    + 64;
+/// What each output tensor costs beyond its name's, shape's and data's blocks: its place in
+/// the answer, and the shared header its data's buffer gets when a hit first hands it out.
+const TENSOR_OVERHEAD: u64 = size_of::<NamedTensor>() as u64 + 32;
+
+/// Past this size glibc's malloc maps a block of its own, rounded to whole pages.
+const MMAP_THRESHOLD: u64 = 128 << 10;
+const PAGE: u64 = 4096;
 
 /// A stored answer: the outputs, in the order the request asked for them.
 pub type Answer = Arc<[NamedTensor]>;
@@ -119,30 +137,61 @@ fn owned_copy(tensor: &Tensor) -> Tensor {
             Bytes::copy_from_slice(bytes),
         ),
         TensorData::Strings(strings) => {
-            let handles = strings.iter().map(Bytes::copy_from_slice).collect();
-            Tensor::from_strings(tensor.shape().to_vec(), Strings::from_handles(handles))
+            Tensor::from_strings(tensor.shape().to_vec(), packed_copy(strings))
         }
     };
     // The copy has the original's dtype, shape and element count, which already agreed.
     copy.unwrap_or_else(|_| tensor.clone())
 }
 
-/// What an entry is charged: its key, each output's name, shape and data, and overheads.
+/// The elements of `strings` end to end in one buffer of exactly their bytes, with one
+/// offset each (allocated once, for all of them and the end).
+fn packed_copy(strings: &Strings) -> Strings {
+    let mut buffer = Vec::with_capacity(strings.payload_len());
+    let mut starts = Vec::with_capacity(strings.len() + 1);
+    for element in strings.iter() {
+        starts.push(buffer.len());
+        buffer.extend_from_slice(element);
+    }
+    // The starts are in order and within the buffer by construction.
+    Strings::contiguous(Bytes::from(buffer), starts)
+        .unwrap_or_else(|_| Strings::from_handles(strings.to_vec()))
+}
+
+/// What an entry is charged: its key, each output's name, shape and data as the allocator
+/// holds them, and overheads.
 fn entry_bytes(key: &RequestKey, answer: &[NamedTensor]) -> u64 {
     let outputs: u64 = answer
         .iter()
         .map(|(name, tensor)| {
             let data = match tensor.data() {
-                TensorData::Dense(bytes) => bytes.len() as u64,
-                // One handle (pointer, length, owner) per element besides its bytes.
+                TensorData::Dense(bytes) => allocation(bytes.len() as u64),
+                // The packed copy: the elements' bytes, and an offset per element and the end.
                 TensorData::Strings(strings) => {
-                    strings.payload_len() as u64 + 32 * strings.len() as u64
+                    allocation(strings.payload_len() as u64)
+                        + allocation(8 * (strings.len() as u64 + 1))
                 }
             };
-            TENSOR_OVERHEAD + name.len() as u64 + 8 * tensor.shape().len() as u64 + data
+            TENSOR_OVERHEAD
+                + allocation(name.len() as u64)
+                + allocation(8 * tensor.shape().len() as u64)
+                + data
         })
         .sum();
-    ENTRY_OVERHEAD + key.len() as u64 + outputs
+    ENTRY_OVERHEAD + allocation(key.len() as u64) + outputs
+}
+
+/// What a block of `bytes` takes from glibc's malloc: an 8-byte header, rounded to 16, at
+/// least 32; past [`MMAP_THRESHOLD`], a mapping of its own rounded to whole pages (an upper
+/// bound too when malloc has raised its threshold and keeps the block in its heap).
+pub fn allocation(bytes: u64) -> u64 {
+    if bytes == 0 {
+        return 0;
+    }
+    if bytes >= MMAP_THRESHOLD {
+        return (bytes + 16).next_multiple_of(PAGE);
+    }
+    ((bytes + 8).next_multiple_of(16)).max(32)
 }
 
 struct Entry {

@@ -220,6 +220,10 @@ mod tests {
                 format!("{:?}", args.security.allow_model_paths),
             ),
             (
+                "allow_log_paths",
+                format!("{:?}", args.security.allow_log_paths),
+            ),
+            (
                 "auth_token_file",
                 format!("{:?}", args.security.auth_token_file),
             ),
@@ -309,10 +313,12 @@ mod tests {
             &[
                 "--model-dir={dir}",
                 "--allow-model-paths=/srv/a,/srv/b",
+                "--allow-log-paths=/var/log/a",
                 "--auth-token-file=/etc/tensorport/tokens",
             ],
             &[
                 ("allow_model_paths", "[\"/srv/a\", \"/srv/b\"]"),
+                ("allow_log_paths", "[\"/var/log/a\"]"),
                 ("auth_token_file", "Some(\"/etc/tensorport/tokens\")"),
             ],
         ),

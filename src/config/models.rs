@@ -78,6 +78,17 @@ pub struct ModelsArgs {
     )]
     pub model_poll_secs: u64,
 
+    /// Whether clients may change which models are served: KServe's repository load and
+    /// unload (HTTP /v2/repository/models/NAME/load and /unload, gRPC RepositoryModelLoad
+    /// and RepositoryModelUnload) and TF Serving's HandleReloadConfigRequest. false answers
+    /// them 503 / UNAVAILABLE, as Triton does outside --model-control-mode=explicit; the
+    /// repository index stays readable. `tensorport tritonserver` sets it from
+    /// --model-control-mode (true only for explicit).
+    #[arg(long, env = "TENSORPORT_MODEL_CONTROL_API", value_name = "BOOL",
+          num_args = 0..=1, default_value_t = true, default_missing_value = "true",
+          value_parser = clap::builder::BoolishValueParser::new())]
+    pub model_control_api: bool,
+
     /// Require each model's configuration (config.pbtxt or config.toml) to declare every
     /// input and output; off, what is not declared is completed from the model file, as
     /// Triton's --strict-model-config=false does. What is declared is checked against the

@@ -44,12 +44,13 @@ pub struct ObservabilityArgs {
     /// Request tracing, in Triton's spellings ([MODE,]KEY=VALUE), once per setting: mode=opentelemetry (export
     /// spans), level=TIMESTAMPS (nothing is traced without a level; OFF), rate=N (trace 1 of
     /// every N requests; default 1000), count=N (stop after N traces; -1 no limit),
-    /// opentelemetry,url=HOST:PORT/v1/traces (the OTLP/HTTP collector, default
-    /// localhost:4318/v1/traces), opentelemetry,protocol=grpc (OTLP/gRPC to HOST:PORT),
-    /// opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_schedule_delay=MS. Over the
-    /// standard OTEL_EXPORTER_OTLP_ENDPOINT (which also means mode=opentelemetry),
+    /// opentelemetry,url=HOST:PORT/v1/traces (the OTLP/HTTP collector, http:// or https://,
+    /// default localhost:4318/v1/traces), opentelemetry,protocol=grpc (OTLP/gRPC to
+    /// HOST:PORT), opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_schedule_delay=MS. Over
+    /// the standard OTEL_EXPORTER_OTLP_ENDPOINT (which also means mode=opentelemetry),
     /// OTEL_EXPORTER_OTLP_PROTOCOL (http/protobuf or grpc), OTEL_TRACES_SAMPLER_ARG (a
-    /// ratio) and OTEL_SERVICE_NAME.
+    /// ratio) and OTEL_SERVICE_NAME; OTEL_EXPORTER_OTLP_[TRACES_]HEADERS, _TIMEOUT,
+    /// _CERTIFICATE, _CLIENT_CERTIFICATE and _CLIENT_KEY.
     #[arg(long, env = "TENSORPORT_TRACE_CONFIG", value_name = "SETTING",
           action = clap::ArgAction::Append, value_parser = parse_trace_config)]
     pub trace_config: Vec<TraceEntries>,

@@ -63,4 +63,15 @@ pub struct SecurityArgs {
         value_delimiter = ','
     )]
     pub allow_model_paths: Vec<PathBuf>,
+
+    /// Folders a TF Serving reload-config logging_config filename_prefix may write payload
+    /// logs into, besides those of the start-up models.config (comma-separated: DIR[,DIR]);
+    /// a relative prefix starts at the first.
+    #[arg(
+        long,
+        env = "TENSORPORT_ALLOW_LOG_PATHS",
+        value_name = "DIRS",
+        value_delimiter = ','
+    )]
+    pub allow_log_paths: Vec<PathBuf>,
 }

@@ -115,6 +115,8 @@ impl ServeArgs {
             )?,
             // Made by `main` as it installs the log subscriber, which the settings change.
             log_settings: ServerOptions::default().log_settings,
+            // Set by `main`, which tunes the allocator.
+            kept_freed_memory: None,
         }
         .with_trace(self.trace_config()?))
     }

@@ -23,8 +23,9 @@ impl PayloadLogMetrics {
         let metrics = Self::default();
         registry.register(
             "payload_log_records",
-            "Payload-log records of sampled requests: written, or dropped because the queue \
-             was full (outcome=queue_full) or the file could not be written (outcome=write_error)",
+            "Payload-log records of sampled requests: written (whole in their file), or dropped \
+             because the queue was full (outcome=queue_full) or the file could not be opened or \
+             written (outcome=write_error, one per record lost)",
             metrics.records.clone(),
         );
         metrics

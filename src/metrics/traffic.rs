@@ -53,7 +53,7 @@ pub(super) struct ScoreOutput {
 /// Why a shadow copy was not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShadowDropReason {
-    /// The copy queue was full.
+    /// The copy queue was full: in copies, or in bytes (`SHADOW_QUEUE_BYTES`).
     QueueFull,
     /// The target version (or the primary's) had requests waiting: copies never compete.
     Busy,
@@ -63,15 +63,19 @@ pub enum ShadowDropReason {
     SharedMemoryInput,
     /// The target version was not serving.
     TargetUnavailable,
+    /// What the copy would hold did not fit what was left of the request memory budget
+    /// (`--max-inflight-request-bytes`).
+    Memory,
 }
 
 impl ShadowDropReason {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::QueueFull,
         Self::Busy,
         Self::NearLimit,
         Self::SharedMemoryInput,
         Self::TargetUnavailable,
+        Self::Memory,
     ];
 
     pub fn label(self) -> &'static str {
@@ -81,6 +85,7 @@ impl ShadowDropReason {
             Self::NearLimit => "near_limit",
             Self::SharedMemoryInput => "shared_memory_input",
             Self::TargetUnavailable => "target_unavailable",
+            Self::Memory => "memory",
         }
     }
 }
@@ -219,6 +224,25 @@ impl TrafficMetrics {
             reason: reason.label(),
         };
         self.shadow_dropped.get_or_create(&labels).inc();
+    }
+
+    /// Copies of `model` dropped for `reason` so far.
+    pub fn shadow_dropped(&self, model: &str, reason: ShadowDropReason) -> u64 {
+        let labels = ShadowDrop {
+            model: Arc::from(model),
+            reason: reason.label(),
+        };
+        self.shadow_dropped
+            .get(&labels)
+            .map_or(0, |count| count.get())
+    }
+
+    /// Copies of `model` run so far.
+    pub fn shadow_sent(&self, model: &str) -> u64 {
+        let labels = ShadowModel {
+            model: Arc::from(model),
+        };
+        self.shadow_sent.get(&labels).map_or(0, |count| count.get())
     }
 
     pub fn record_shadow_failed(&self, model: &Arc<str>) {

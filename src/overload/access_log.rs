@@ -5,12 +5,15 @@
 //!
 //! Lines go through a bounded channel to a writer thread of their own, so that a slow reader
 //! of stdout never holds up a request; when the channel is full, lines are dropped and
-//! counted rather than waited for.
+//! counted rather than waited for. A line stdout refuses (a closed pipe, a full disk) is
+//! dropped and counted the same way, and the thread goes on with the next one, so that the
+//! log resumes if stdout does.
 
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Lines waiting for the writer thread before new ones are dropped.
@@ -183,7 +186,28 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 pub struct AccessLog {
     format: AccessLogFormat,
     lines: SyncSender<String>,
-    dropped: AtomicU64,
+    /// Lines dropped, for a full channel or a failed write; shared with the thread.
+    dropped: Arc<AtomicU64>,
+}
+
+/// Counts one dropped line; says so once, then every thousand, so that a stuck or closed
+/// stdout does not flood stderr.
+fn count_dropped(dropped: &AtomicU64, why: &dyn std::fmt::Display) {
+    let dropped = dropped.fetch_add(1, Ordering::Relaxed) + 1;
+    if dropped == 1 || dropped.is_multiple_of(1000) {
+        tracing::warn!(dropped, "access log lines dropped: {why}");
+    }
+}
+
+/// The writer thread's loop: each line to `out`, or dropped and counted when `out` refuses
+/// it. Ends when every sender is gone, that is with the server.
+fn write_lines(received: Receiver<String>, mut out: impl Write, dropped: &AtomicU64) {
+    for mut line in received {
+        line.push('\n');
+        if let Err(err) = out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
+            count_dropped(dropped, &format_args!("stdout cannot be written: {err}"));
+        }
+    }
 }
 
 impl AccessLog {
@@ -194,23 +218,16 @@ impl AccessLog {
             return None;
         }
         let (lines, received) = sync_channel::<String>(BUFFERED_LINES);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let counted = dropped.clone();
         let writer = std::thread::Builder::new()
             .name("access-log".into())
-            .spawn(move || {
-                let stdout = std::io::stdout();
-                // Ends when every sender is gone, that is with the server.
-                for mut line in received {
-                    line.push('\n');
-                    if stdout.lock().write_all(line.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
+            .spawn(move || write_lines(received, std::io::stdout(), &counted));
         match writer {
             Ok(_) => Some(Self {
                 format,
                 lines,
-                dropped: AtomicU64::new(0),
+                dropped,
             }),
             Err(error) => {
                 tracing::error!(%error, "cannot start the access log writer; access log off");
@@ -224,16 +241,13 @@ impl AccessLog {
             return;
         };
         match self.lines.try_send(line) {
-            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                // Said once, then every thousand, so that a stuck reader does not flood stderr.
-                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                if dropped == 1 || dropped.is_multiple_of(1000) {
-                    tracing::warn!(
-                        dropped,
-                        "stdout is not keeping up; access log lines dropped"
-                    );
-                }
+                count_dropped(&self.dropped, &"stdout is not keeping up");
+            }
+            // The thread is gone (it panicked): its lines are lost, and counted.
+            Err(TrySendError::Disconnected(_)) => {
+                count_dropped(&self.dropped, &"the access log writer stopped");
             }
         }
     }
@@ -308,6 +322,44 @@ mod tests {
     fn off_writes_nothing() {
         assert_eq!(entry().line(AccessLogFormat::Off), None);
         assert!(AccessLog::start(AccessLogFormat::Off).is_none());
+    }
+
+    /// A stdout that refuses some lines, as a pipe whose reader went away refuses every
+    /// one (EPIPE) until a new reader comes.
+    struct Stdout {
+        written: Vec<u8>,
+        refused: &'static [&'static [u8]],
+    }
+
+    impl Write for Stdout {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.refused.contains(&buf) {
+                return Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+            }
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_stdout_refuses_are_counted_and_the_next_ones_still_written() {
+        let (lines, received) = sync_channel::<String>(8);
+        for line in ["a", "b", "c", "d"] {
+            lines.send(line.to_owned()).unwrap();
+        }
+        drop(lines);
+        let mut stdout = Stdout {
+            written: Vec::new(),
+            refused: &[b"b\n", b"c\n"],
+        };
+        let dropped = AtomicU64::new(0);
+        write_lines(received, &mut stdout, &dropped);
+        assert_eq!(stdout.written, b"a\nd\n");
+        assert_eq!(dropped.load(Ordering::Relaxed), 2);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //! never refused (the answer exists already); it may take the pool past its total, and then
 //! every request that needs the budget is refused until the answers are sent or cut off.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use prometheus_client::metrics::gauge::Gauge;
@@ -37,6 +37,10 @@ pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 2 << 30;
 pub struct MemoryBudget {
     /// `None`: no budget.
     pool: Option<Arc<Pool>>,
+    /// Bytes ever charged, with a budget or without: how the idle trimmer
+    /// (`repository::idle_trim`) tells that requests came and went without a hook on the
+    /// request path. One relaxed add per charge.
+    charged: Arc<AtomicU64>,
 }
 
 struct Pool {
@@ -79,13 +83,18 @@ impl MemoryBudget {
                     total: bytes,
                 })
             }),
+            charged: Arc::default(),
         }
     }
 
     /// Charges `footprint` (absent for a body not read in full, which is not charged), or
     /// refuses when it is more than is left.
     pub fn charge(&self, footprint: Option<DecodedFootprint>) -> Result<MemoryCharge, Refusal> {
-        let (Some(pool), Some(DecodedFootprint(bytes))) = (&self.pool, footprint) else {
+        let Some(DecodedFootprint(bytes)) = footprint else {
+            return Ok(MemoryCharge::none());
+        };
+        self.charged.fetch_add(bytes, Ordering::Relaxed);
+        let Some(pool) = &self.pool else {
             return Ok(MemoryCharge::none());
         };
         let taken =
@@ -106,6 +115,7 @@ impl MemoryBudget {
     /// Charges `bytes` of an answer being sent: they are held already, so the charge is
     /// taken whatever is left.
     pub fn charge_answer(&self, bytes: u64) -> MemoryCharge {
+        self.charged.fetch_add(bytes, Ordering::Relaxed);
         let Some(pool) = self.pool.as_ref().filter(|_| bytes > 0) else {
             return MemoryCharge::none();
         };
@@ -120,6 +130,12 @@ impl MemoryBudget {
     /// Bytes charged now (0 without a budget).
     pub fn used(&self) -> u64 {
         self.pool.as_ref().map_or(0, |pool| pool.used())
+    }
+
+    /// Bytes charged since the budget was made, including those already given back and
+    /// those charged without a budget (wrapping, which takes 16 EiB).
+    pub fn charged_since_start(&self) -> u64 {
+        self.charged.load(Ordering::Relaxed)
     }
 
     /// Bytes not charged now (`u64::MAX` without a budget).
@@ -281,5 +297,22 @@ mod tests {
         drop(answers);
         assert_eq!(budget.used(), 0);
         assert!(budget.charge(Some(DecodedFootprint(10 * UNIT))).is_ok());
+    }
+
+    #[test]
+    fn every_charge_counts_as_activity_with_or_without_a_budget() {
+        let budget = MemoryBudget::new(10 * UNIT);
+        drop(budget.charge(Some(DecodedFootprint(4 * UNIT))));
+        // Refused, but its body was read: the memory was touched all the same.
+        assert!(budget.charge(Some(DecodedFootprint(20 * UNIT))).is_err());
+        drop(budget.charge_answer(UNIT));
+        assert!(budget.charge(None).is_ok());
+        assert_eq!(budget.charged_since_start(), 25 * UNIT);
+        assert_eq!(budget.used(), 0);
+
+        let unlimited = MemoryBudget::new(0);
+        drop(unlimited.charge(Some(DecodedFootprint(3 * UNIT))));
+        drop(unlimited.charge_answer(UNIT));
+        assert_eq!(unlimited.charged_since_start(), 4 * UNIT);
     }
 }

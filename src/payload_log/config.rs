@@ -37,6 +37,10 @@ pub struct LoggingTable {
     /// TF Serving's `filename_prefix`: set from models.config, never from config.toml.
     #[serde(skip)]
     pub filename_prefix: Option<PathBuf>,
+    /// The allowed folder a reload-config's `filename_prefix` was confined to; `None` for the
+    /// operator's own models.config, whose prefix is taken as written.
+    #[serde(skip)]
+    pub prefix_root: Option<PathBuf>,
 }
 
 fn every_request() -> f64 {
@@ -78,6 +82,11 @@ pub enum Destination {
     /// models.config's `filename_prefix`: files `<prefix>.<unix-ms>-<n>.<ext>`, as TF Serving
     /// names them from the prefix.
     Prefix(PathBuf),
+    /// A reload-config's `filename_prefix`, resolved under `root` (a folder the operator
+    /// allows): files named as for `Prefix`, but no folder is ever made, and each time a file
+    /// is opened the prefix's folder is checked again to lie under `root` (it may have been
+    /// swapped for a symlink since the reload).
+    ConfinedPrefix { prefix: PathBuf, root: PathBuf },
 }
 
 /// Checked settings: what a model's writer is started with. Two equal values mean a reload
@@ -99,9 +108,13 @@ impl PayloadLogConfig {
         parse_size: impl Fn(&str) -> Result<u64, String>,
     ) -> Result<Self, String> {
         let destination = match (&table.path, &table.filename_prefix) {
-            (_, Some(prefix)) if !prefix.as_os_str().is_empty() => {
-                Destination::Prefix(prefix.clone())
-            }
+            (_, Some(prefix)) if !prefix.as_os_str().is_empty() => match &table.prefix_root {
+                Some(root) => Destination::ConfinedPrefix {
+                    prefix: prefix.clone(),
+                    root: root.clone(),
+                },
+                None => Destination::Prefix(prefix.clone()),
+            },
             (Some(path), _) if !path.as_os_str().is_empty() => Destination::Directory(path.clone()),
             _ => return Err("[logging]: path must name the directory the logs go in".into()),
         };
@@ -197,6 +210,15 @@ mod tests {
         assert_eq!(
             config.destination,
             Destination::Prefix("/tmp/logs/ranker".into())
+        );
+        from_tfs.prefix_root = Some("/tmp/logs".into());
+        let config = PayloadLogConfig::from_table(&from_tfs, size).unwrap();
+        assert_eq!(
+            config.destination,
+            Destination::ConfinedPrefix {
+                prefix: "/tmp/logs/ranker".into(),
+                root: "/tmp/logs".into()
+            }
         );
     }
 }

@@ -1,58 +1,27 @@
 //! A model's payload-log writer: requests offer records with [`PayloadWriter::offer`], which
 //! never waits (a full queue drops and counts the record), and a thread of the writer's own
 //! takes the queued records every few milliseconds, encodes them and appends them to rotating
-//! files, flushing about once a second. Dropping the writer writes what is queued, then
-//! flushes and closes its file.
+//! files (see `files`), writing about once a second. A record is counted written only once it
+//! is whole in its file; a failed write counts each record it lost, and the writer keeps what
+//! it lost for the readiness detail ([`PayloadWriter::losses`]). Dropping the writer writes
+//! what is queued, then closes its file.
 
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::metrics::PayloadLogCounts;
 
-use super::config::{Destination, LogFormat, PayloadLogConfig};
-use super::queue::RecordQueue;
+use super::config::PayloadLogConfig;
+use super::files::Files;
 use super::record::PayloadRecord;
+use super::shared::{Shared, WriteLosses};
 
 /// The writer thread's nice value (0 is the default, 19 the lowest priority).
 const WRITER_NICE: i32 = 10;
 /// How often the thread takes what is queued.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
-const FLUSH_EVERY: Duration = Duration::from_secs(1);
-/// Bytes gathered before a write to the file: a few hundred records at a time.
-const WRITE_BUFFER: usize = 256 << 10;
-const WARN_EVERY: Duration = Duration::from_secs(60);
-
-/// The state both the request path and the thread see.
-struct Shared {
-    model: Arc<str>,
-    counts: PayloadLogCounts,
-    queue: RecordQueue,
-    /// When a drop was last warned about, in ms since the writer started (0: never).
-    last_warning_ms: AtomicU64,
-    started: Instant,
-}
-
-impl Shared {
-    /// Logs a warning about a dropped record, at most once a minute.
-    fn warn_dropped(&self, why: &dyn std::fmt::Display) {
-        let now = self.started.elapsed().as_millis() as u64 + 1;
-        let last = self.last_warning_ms.load(Ordering::Relaxed);
-        let due = last == 0 || now.saturating_sub(last) >= WARN_EVERY.as_millis() as u64;
-        if due
-            && self
-                .last_warning_ms
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            tracing::warn!(model = %self.model, "payload log dropped a record: {why}");
-        }
-    }
-}
 
 /// One model's writer.
 pub struct PayloadWriter {
@@ -67,13 +36,7 @@ pub struct PayloadWriter {
 impl PayloadWriter {
     /// Starts the thread; files are opened with the first record.
     pub fn start(model: &str, config: PayloadLogConfig, counts: PayloadLogCounts) -> Self {
-        let shared = Arc::new(Shared {
-            model: model.into(),
-            counts,
-            queue: RecordQueue::default(),
-            last_warning_ms: AtomicU64::new(0),
-            started: Instant::now(),
-        });
+        let shared = Arc::new(Shared::new(model, counts));
         let mut files = Files::new(&config, shared.clone());
         let thread = std::thread::Builder::new()
             .name(format!("payload-log-{model}"))
@@ -83,7 +46,7 @@ impl PayloadWriter {
                 let _ = rustix::process::setpriority_process(None, WRITER_NICE);
                 let mut batch = Vec::new();
                 loop {
-                    let closed = files.shared.queue.take(&mut batch);
+                    let closed = files.queue().take(&mut batch);
                     for (record, _) in batch.drain(..) {
                         files.write(&record);
                     }
@@ -118,6 +81,11 @@ impl PayloadWriter {
         &self.config
     }
 
+    /// What failed writes have lost, for the readiness detail; `None` while nothing was.
+    pub fn losses(&self) -> Option<WriteLosses> {
+        self.shared.losses()
+    }
+
     /// Whether to log this request: a draw, before anything is copied.
     pub fn sampled(&self) -> bool {
         let sample = self.config.sample;
@@ -149,8 +117,7 @@ impl PayloadWriter {
             },
             None => "the writer did not start",
         };
-        self.shared.counts.queue_full.inc();
-        self.shared.warn_dropped(&refused);
+        self.shared.refused(&refused);
     }
 }
 
@@ -186,133 +153,12 @@ fn tensor_bytes(record: &PayloadRecord) -> usize {
         + 256
 }
 
-/// The thread's side: the open file and what rotates it.
-struct Files {
-    destination: Destination,
-    format: LogFormat,
-    max_file_bytes: u64,
-    shared: Arc<Shared>,
-    open: Option<OpenFile>,
-    opened: u64,
-    last_flush: Instant,
-    framed: Vec<u8>,
-}
-
-struct OpenFile {
-    path: PathBuf,
-    out: BufWriter<File>,
-    written: u64,
-}
-
-impl Files {
-    fn new(config: &PayloadLogConfig, shared: Arc<Shared>) -> Self {
-        Self {
-            destination: config.destination.clone(),
-            format: config.format,
-            max_file_bytes: config.max_file_bytes,
-            shared,
-            open: None,
-            opened: 0,
-            last_flush: Instant::now(),
-            framed: Vec::new(),
-        }
-    }
-
-    fn write(&mut self, record: &PayloadRecord) {
-        if self.open.is_none() {
-            match self.open_next() {
-                Ok(file) => self.open = Some(file),
-                Err(err) => return self.failed(&err),
-            }
-        }
-        self.framed.clear();
-        record.write_into(self.format, &mut self.framed);
-        let bytes = &self.framed;
-        let Some(file) = self.open.as_mut() else {
-            return;
-        };
-        let written = file.out.write_all(bytes);
-        let length = bytes.len() as u64;
-        if let Err(err) = written {
-            self.open = None;
-            return self.failed(&err);
-        }
-        file.written += length;
-        let full = file.written >= self.max_file_bytes;
-        self.shared.counts.written.inc();
-        if full {
-            self.close();
-        }
-    }
-
-    fn failed(&self, err: &std::io::Error) {
-        self.shared.counts.write_error.inc();
-        self.shared.warn_dropped(err);
-    }
-
-    /// The next file's path, with its directory made.
-    fn open_next(&mut self) -> std::io::Result<OpenFile> {
-        let millis = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |since| since.as_millis());
-        self.opened += 1;
-        let extension = self.format.extension();
-        let path = match &self.destination {
-            Destination::Directory(dir) => {
-                fs::create_dir_all(dir)?;
-                dir.join(format!(
-                    "{}-{millis}-{}.{extension}",
-                    self.shared.model, self.opened
-                ))
-            }
-            Destination::Prefix(prefix) => {
-                if let Some(parent) = prefix.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    fs::create_dir_all(parent)?;
-                }
-                let mut name = prefix.clone().into_os_string();
-                name.push(format!(".{millis}-{}.{extension}", self.opened));
-                PathBuf::from(name)
-            }
-        };
-        let file = File::options().create_new(true).append(true).open(&path)?;
-        Ok(OpenFile {
-            path,
-            out: BufWriter::with_capacity(WRITE_BUFFER, file),
-            written: 0,
-        })
-    }
-
-    /// Flushes once a second; a file whose path is gone (its directory moved or replaced) is
-    /// closed, so that the next record opens a new one or counts the failure.
-    fn flush_if_due(&mut self) {
-        if self.last_flush.elapsed() < FLUSH_EVERY {
-            return;
-        }
-        self.last_flush = Instant::now();
-        let Some(file) = self.open.as_mut() else {
-            return;
-        };
-        let flushed = file.out.flush();
-        let still_there = fs::metadata(&file.path).is_ok_and(|meta| meta.is_file());
-        if let Err(err) = flushed {
-            self.open = None;
-            self.failed(&err);
-        } else if !still_there {
-            self.open = None;
-        }
-    }
-
-    fn close(&mut self) {
-        if let Some(mut file) = self.open.take() {
-            if let Err(err) = file.out.flush() {
-                self.failed(&err);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs;
+    use std::path::PathBuf;
+
+    use super::super::config::{Destination, LogFormat};
     use super::*;
     use crate::tensor::Tensor;
 
@@ -432,9 +278,13 @@ mod tests {
         );
         writer.offer(record(1));
         writer.offer(record(2));
+        let shared = writer.shared.clone();
         drop(writer);
         assert_eq!(counts.write_error.get(), 2);
         assert_eq!(counts.written.get(), 0);
+        let losses = shared.losses().unwrap();
+        assert_eq!((losses.records_lost, losses.failing), (2, true));
+        assert!(!losses.error.contains(dir.to_str().unwrap()), "{losses:?}");
         let _ = fs::remove_file(&dir);
     }
 

@@ -13,6 +13,8 @@
 use std::path::Path;
 use std::sync::Mutex;
 
+use super::scan::files_under;
+
 /// How a load's memory is measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum MemoryMeter {
@@ -99,7 +101,8 @@ fn parse_status_kib(status: &str, name: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// The bytes of every file under `path` (or of `path`, a file).
+/// The bytes of every file under `path` (or of `path`, a file), links followed within the
+/// bounds of [`files_under`]. Blocks.
 pub fn files_size(path: &Path) -> u64 {
     let Ok(meta) = std::fs::metadata(path) else {
         return 0;
@@ -107,14 +110,11 @@ pub fn files_size(path: &Path) -> u64 {
     if !meta.is_dir() {
         return meta.len();
     }
-    std::fs::read_dir(path)
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok())
-                .map(|entry| files_size(&entry.path()))
-                .fold(0u64, u64::saturating_add)
-        })
-        .unwrap_or(0)
+    files_under(path)
+        .iter()
+        .filter_map(|file| std::fs::metadata(file).ok())
+        .map(|meta| meta.len())
+        .fold(0u64, u64::saturating_add)
 }
 
 /// Parses a size: bytes, or a number with `KiB`, `MiB`, `GiB` (also `K`, `M`, `G`, `KB`,

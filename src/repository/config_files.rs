@@ -9,17 +9,15 @@ use std::path::Path;
 use super::model_config::{
     ModelConfig, ResponseCacheConfig, VersionPolicyTable, MODEL_CONFIG_FILE,
 };
+use super::repo_file::{read_text_inside, RepoFileError, SETTINGS};
 use super::triton_config::{TritonConfig, TRITON_CONFIG_FILE};
 
 /// Why a model's settings file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Not a regular file inside the model's folder, over the cap, or unreadable.
+    #[error(transparent)]
+    Read(#[from] RepoFileError),
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
 }
@@ -46,15 +44,10 @@ impl ModelConfig {
 
     fn load_triton(model_dir: &Path) -> Result<Option<TritonConfig>, ModelConfigError> {
         let path = model_dir.join(TRITON_CONFIG_FILE);
-        let text = match std::fs::read_to_string(&path) {
+        let text = match read_text_inside(model_dir, Path::new(TRITON_CONFIG_FILE), SETTINGS) {
             Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(ModelConfigError::Read {
-                    path: path.display().to_string(),
-                    source,
-                })
-            }
+            Err(err) if err.is_not_found() => return Ok(None),
+            Err(err) => return Err(err.into()),
         };
         let model = model_dir
             .file_name()
@@ -113,15 +106,10 @@ impl ModelConfig {
     fn load_toml(model_dir: &Path) -> Result<Self, ModelConfigError> {
         let path = model_dir.join(MODEL_CONFIG_FILE);
         let shown = path.display().to_string();
-        let text = match std::fs::read_to_string(&path) {
+        let text = match read_text_inside(model_dir, Path::new(MODEL_CONFIG_FILE), SETTINGS) {
             Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self::default()),
-            Err(source) => {
-                return Err(ModelConfigError::Read {
-                    path: shown,
-                    source,
-                })
-            }
+            Err(err) if err.is_not_found() => return Ok(Self::default()),
+            Err(err) => return Err(err.into()),
         };
         let invalid = |message: String| ModelConfigError::Invalid {
             path: shown.clone(),

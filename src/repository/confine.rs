@@ -47,6 +47,14 @@ pub enum ConfineError {
     /// An operator's path, shown whole: it is the operator who reads this, at start-up.
     #[error("model '{name}': {path} is not an existing folder")]
     NoFolder { name: String, path: PathBuf },
+    /// A reload-config's payload-log prefix outside the log folders (see `log_roots`); the
+    /// prefix is not echoed, as a refused `base_path` is not.
+    #[error(
+        "model '{0}': logging_config.log_collector_config.filename_prefix must name a file in \
+         an existing folder under --allow-log-paths (or one the start-up models.config logs \
+         to), without '..'"
+    )]
+    LogPrefixOutside(String),
 }
 
 /// The folder an operator's `base_path` names (empty: `root`'s folder named `name`): relative

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::declared::{parse_dtype, DeclaredTensor};
 use super::model_config::ModelConfig;
+use super::repo_file::{read_text_inside, LABELS};
 use crate::backend::contract::{Contract, Reshape};
 use crate::backend::{Signature, TensorSpec};
 
@@ -286,11 +287,10 @@ fn spec_names(specs: &[TensorSpec]) -> String {
         .join(", ")
 }
 
-/// The most labels a labels file may hold: far more classes than any classifier has, small
-/// enough that a wrong file (a dataset, say) fails the load instead of filling memory.
-const MAX_LABELS_BYTES: u64 = 16 << 20;
-
-/// The labels of a `label_filename`: one per line, in the model's folder.
+/// The labels of a `label_filename`: one per line, in the model's folder. Read as a regular
+/// file within [`LABELS`] bytes that lies inside the folder, links followed: labels are
+/// answered to every inference client, so a link out of the folder would hand them whatever
+/// it points at.
 fn read_labels(model_dir: &Path, file_name: &str) -> Result<Arc<[String]>, String> {
     let relative = Path::new(file_name);
     let inside = relative
@@ -301,18 +301,7 @@ fn read_labels(model_dir: &Path, file_name: &str) -> Result<Arc<[String]>, Strin
             "'{file_name}' must name a file inside the model's folder"
         ));
     }
-    let path = model_dir.join(relative);
-    let size = std::fs::metadata(&path)
-        .map_err(|err| format!("{}: {err}", path.display()))?
-        .len();
-    if size > MAX_LABELS_BYTES {
-        return Err(format!(
-            "{} holds {size} bytes, more than a labels file's {MAX_LABELS_BYTES}",
-            path.display()
-        ));
-    }
-    let text =
-        std::fs::read_to_string(&path).map_err(|err| format!("{}: {err}", path.display()))?;
+    let text = read_text_inside(model_dir, relative, LABELS).map_err(|err| err.to_string())?;
     Ok(text.lines().map(str::to_owned).collect())
 }
 

@@ -193,3 +193,40 @@ fn labels_come_from_the_models_folder_only() -> Result<(), String> {
     assert!(unread.contains("absent.txt"), "{unread}");
     Ok(())
 }
+
+/// The security review's labels.txt -> /some/secret: the load fails instead of answering the
+/// secret's lines to every classification request, and the reason names neither.
+#[test]
+fn a_labels_link_out_of_the_models_folder_fails_the_load() -> Result<(), String> {
+    let base = std::env::temp_dir().join(format!("tensorport-labels-link-{}", std::process::id()));
+    let dir = base.join("model");
+    let secret = base.join("secret.txt");
+    let setup = || -> std::io::Result<()> {
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(&secret, "root:hunter2\n")?;
+        std::os::unix::fs::symlink(&secret, dir.join("labels.txt"))?;
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.txt"))
+    };
+    let set = setup().map_err(|e| e.to_string());
+    let refused = |file: &str| {
+        let config = pbtxt(&RANKER.replace(
+            "dims: [ 1 ] }",
+            &format!("dims: [ 1 ] label_filename: \"{file}\" }}"),
+        ));
+        contract(&config, &ranker_file(), &dir, false)
+            .err()
+            .unwrap_or_default()
+    };
+    let (secret_link, device_link) = (refused("labels.txt"), refused("zero.txt"));
+    let _ = std::fs::remove_dir_all(&base);
+    set?;
+    for err in [secret_link, device_link] {
+        assert!(err.contains("does not lead to a file inside"), "{err}");
+        assert!(
+            !err.contains("hunter2") && !err.contains("secret.txt"),
+            "{err}"
+        );
+        assert!(!err.contains("/dev/zero"), "{err}");
+    }
+    Ok(())
+}

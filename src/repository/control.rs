@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use tokio::sync::oneshot;
 
 use super::model_config::{ModelConfig, VersionPolicy};
-use super::scan::VersionFolder;
+use super::scan::{files_under, VersionFolder};
 use crate::payload_log::LoggingTable;
 
 /// A model the TF Serving reload-config API asked to serve.
@@ -79,8 +79,10 @@ impl Control {
 /// Sizes and modification times of a version folder's files.
 pub(super) type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
+/// The fingerprint of a version folder's files. Blocks: [`fingerprints`] takes them off the
+/// runtime.
 pub(super) fn fingerprint(dir: &Path) -> Fingerprint {
-    let mut files: Fingerprint = walk(dir)
+    let mut files: Fingerprint = files_under(dir)
         .into_iter()
         .filter_map(|path| {
             let meta = std::fs::metadata(&path).ok()?;
@@ -91,18 +93,14 @@ pub(super) fn fingerprint(dir: &Path) -> Fingerprint {
     files
 }
 
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// The fingerprints of `dirs`, in order, taken on a blocking thread.
+pub(super) async fn fingerprints(dirs: Vec<PathBuf>) -> Vec<Fingerprint> {
+    if dirs.is_empty() {
         return Vec::new();
-    };
-    entries
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .flat_map(|path| {
-            if path.is_dir() {
-                walk(&path)
-            } else {
-                vec![path]
-            }
-        })
-        .collect()
+    }
+    let count = dirs.len();
+    tokio::task::spawn_blocking(move || dirs.iter().map(|dir| fingerprint(dir)).collect())
+        .await
+        // An empty print differs from any failure's, so the version is tried again.
+        .unwrap_or_else(|_| vec![Fingerprint::new(); count])
 }

@@ -42,6 +42,15 @@ pub enum RepositoryError {
     /// A version that is not resident could not be loaded for the request.
     #[error(transparent)]
     Residency(#[from] ResidencyError),
+    /// A client asked to load, unload or reload models on a server whose models are fixed
+    /// by its command line (`--model-control-api=false`; Triton's none and poll modes). The
+    /// message begins with Triton's own words, which its clients and scripts look for.
+    #[error(
+        "explicit model load / unload is not allowed if polling is enabled: this server's \
+         models are fixed by its command line (tritonserver: --model-control-mode=explicit, \
+         tensorport serve: --model-control-api=true let clients load and unload them)"
+    )]
+    ModelControlClosed,
     #[error("model '{0}' is listed more than once")]
     ListedTwice(String),
     #[error(
@@ -79,6 +88,8 @@ impl RepositoryError {
             Self::SignatureNotFound { .. } => ErrorKind::InvalidArgument,
             Self::LoadDeadline { .. } => ErrorKind::DeadlineExceeded,
             Self::Unreadable(_) => ErrorKind::Internal,
+            // Triton's code for the refusal: 503 over HTTP, UNAVAILABLE over gRPC.
+            Self::ModelControlClosed => ErrorKind::Unavailable,
             Self::Confine(ConfineError::OutsideRoots(_)) => ErrorKind::PermissionDenied,
             Self::Confine(_) => ErrorKind::InvalidArgument,
             // Retrying does not help a model larger than the budget, but the request was

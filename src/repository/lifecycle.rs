@@ -28,9 +28,11 @@ use super::budget::{LoadMeasure, MemoryMeter};
 use super::confine::ModelRoots;
 use super::control::{Control, ServedModel};
 use super::loader::Loader;
+use super::log_roots::LogRoots;
 use super::residency::Residency;
 use super::snapshot::{ModelRecord, Snapshot, VersionState};
 use crate::backend::Backend;
+use crate::batcher::Flush;
 use crate::request::StickyHeaders;
 
 /// The model repository: the current snapshot, and the lifecycle that replaces it.
@@ -38,6 +40,9 @@ pub struct ModelRepository {
     pub(super) dir: PathBuf,
     /// Where the admin APIs may point models: `--model-dir` and `--allow-model-paths`.
     pub(super) roots: ModelRoots,
+    /// Where a reload-config's payload logs may go: `--allow-log-paths` and the folders the
+    /// start-up models.config logs to.
+    pub(super) log_roots: LogRoots,
     pub(super) loader: Arc<Loader>,
     /// Swapped whole; held only to clone or replace the `Arc`, never across an await.
     pub(super) snapshot: RwLock<Arc<Snapshot>>,
@@ -60,6 +65,11 @@ pub struct ModelRepository {
     /// The headers the models' splits are sticky on, for the outermost layer to copy into
     /// each request's context; replaced after every reconciliation.
     pub(super) sticky: Arc<StickyHeaders>,
+    /// `--model-control-api`: whether the load, unload and reload-config APIs may change
+    /// which models are served. The server's own polls and config-file watch do either way.
+    pub(super) client_control: bool,
+    /// Handed to every batcher started, so that the server's drain reaches every queue.
+    pub(super) flush: Flush,
 }
 
 /// Wraps a freshly loaded backend of the named model, for instance to observe its runs or
@@ -72,6 +82,7 @@ impl ModelRepository {
         Self {
             dir: dir.to_path_buf(),
             roots: ModelRoots::new(dir),
+            log_roots: LogRoots::default(),
             loader: Arc::new(loader),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             control: tokio::sync::Mutex::new(Control::default()),
@@ -82,7 +93,23 @@ impl ModelRepository {
             measure: Arc::new(LoadMeasure::default()),
             response_cache: None,
             sticky: Arc::default(),
+            client_control: true,
+            flush: Flush::default(),
         }
+    }
+
+    /// The server's drain has begun: every batcher, of every version loaded or still to
+    /// load, runs what is queued at once instead of waiting out `max_queue_delay`.
+    pub fn flush_queues(&self) {
+        self.flush.start();
+    }
+
+    /// Whether clients may load, unload and reload models (`--model-control-api`); false
+    /// fixes the models to what the directory, the polls and the config file say.
+    #[must_use]
+    pub fn with_client_control(mut self, allowed: bool) -> Self {
+        self.client_control = allowed;
+        self
     }
 
     /// Gives the versions of models that enable `response_cache` a share of `cache`.
@@ -154,12 +181,24 @@ impl ModelRepository {
         Ok(self)
     }
 
+    /// Also lets reload-config lists write payload logs under `roots` (`--allow-log-paths`).
+    pub fn with_allowed_log_roots(mut self, roots: &[PathBuf]) -> std::io::Result<Self> {
+        self.log_roots.allow(roots)?;
+        Ok(self)
+    }
+
     /// Serves exactly `models` from the first reconciliation on, as [`Self::serve_only`]
     /// does later (`--model-config-file`, `--model-base-path`). These are the operator's
-    /// start-up models, so their folders become roots a reload-config may name again.
+    /// start-up models, so their folders (and their payload logs' folders) become roots a
+    /// reload-config may name again.
     #[must_use]
     pub fn serving_only(mut self, models: Vec<ServedModel>) -> Self {
         self.roots.trust(models.iter().map(|m| m.path.as_path()));
+        self.log_roots.trust(
+            models
+                .iter()
+                .filter_map(|m| m.logging.as_ref()?.filename_prefix.as_deref()),
+        );
         self.control.get_mut().served =
             Some(models.into_iter().map(|m| (m.name.clone(), m)).collect());
         self

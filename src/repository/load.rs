@@ -101,6 +101,7 @@ impl ModelRepository {
                 let execution = Execution {
                     instances: self.loader.instances(config),
                     inline_max: self.loader.inline_run_max,
+                    flush: self.flush.clone(),
                 };
                 let batcher =
                     Batcher::spawn_with(model, backend.clone(), &batching, execution, telemetry);
@@ -184,15 +185,12 @@ impl ModelRepository {
                 None => backend,
             };
             // A warmup file is the model's own warmup: it replaces the generated one.
-            let replayed = match warmup_log::find(&task_folder.path) {
-                Some(file) => {
-                    let requests = warmup_log::replay(backend.as_ref(), &file)
-                        .map_err(|err| format!("warmup failed: {err}"))?;
-                    tracing::info!(model = %name, version = task_folder.version, requests, "replayed the warmup file");
-                    true
-                }
-                None => false,
-            };
+            let replayed = warmup_log::ships(&task_folder.path);
+            if replayed {
+                let requests = warmup_log::replay(backend.as_ref(), &task_folder.path)
+                    .map_err(|err| format!("warmup failed: {err}"))?;
+                tracing::info!(model = %name, version = task_folder.version, requests, "replayed the warmup file");
+            }
             match if replayed && !explicit {
                 Ok(())
             } else {

@@ -31,6 +31,7 @@ use serde_json::{Map, Value};
 use super::confine::{check_model_name, refuse_control_characters, ConfineError};
 use super::declared::{DeclaredDim, DeclaredTensor};
 use super::model_config::{MlserverExtras, ModelConfig};
+use super::repo_file::{read_text_inside, RepoFileError, SETTINGS};
 use super::scan::{model_file_in, parse_version, VersionFolder, FLAT_VERSION, SAVED_MODEL_FILE};
 use crate::backend::Signature;
 use crate::batcher::BatchSettings;
@@ -95,12 +96,9 @@ enum Runtime {
 /// Why a `model-settings.json` was refused. Each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum MlserverSettingsError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Not a regular file inside the model's folder, over the cap, or unreadable.
+    #[error(transparent)]
+    Read(#[from] RepoFileError),
     /// Malformed JSON or a field of the wrong type; serde_json's message names the line and
     /// column.
     #[error("{path}: {message}")]
@@ -184,10 +182,10 @@ pub struct MlserverModel {
 /// `config.toml` / `config.pbtxt`.
 pub fn read(folder: &Path) -> Result<Option<MlserverModel>, MlserverSettingsError> {
     let path = folder.join(MLSERVER_SETTINGS_FILE);
-    let text = match std::fs::read_to_string(&path) {
+    let text = match read_text_inside(folder, Path::new(MLSERVER_SETTINGS_FILE), SETTINGS) {
         Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(MlserverSettingsError::Read { path, source }),
+        Err(err) if err.is_not_found() => return Ok(None),
+        Err(err) => return Err(err.into()),
     };
     let malformed = |err: serde_json::Error| MlserverSettingsError::Malformed {
         path: path.clone(),
@@ -302,7 +300,7 @@ pub fn read(folder: &Path) -> Result<Option<MlserverModel>, MlserverSettingsErro
 /// so that the refusal is reported under the name clients use; `None` when the file cannot
 /// be read or its name is not a plain name.
 pub fn claimed_name(folder: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(folder.join(MLSERVER_SETTINGS_FILE)).ok()?;
+    let text = read_text_inside(folder, Path::new(MLSERVER_SETTINGS_FILE), SETTINGS).ok()?;
     let name = match serde_json::from_str::<Value>(&text).ok()?.get("name") {
         Some(Value::String(name)) if !name.is_empty() => name.clone(),
         _ => folder_name(folder),

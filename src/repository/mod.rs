@@ -12,7 +12,9 @@
 //!   budget); none imports another but lifecycle.rs, for the struct.
 //! - Below them: snapshot.rs (the serving state), control.rs (what the reconciler remembers),
 //!   residency.rs (loads in progress, use order, refusals), loader.rs (folder -> backend),
-//!   charge.rs, budget.rs, confine.rs, scan.rs, warmup.rs, warmup_log.rs.
+//!   charge.rs, budget.rs, confine.rs, scan.rs, warmup.rs, warmup_log.rs, and repo_file.rs,
+//!   which every file read from a model folder goes through (regular files only, capped,
+//!   confined to the folder).
 //! - Settings: config_files.rs reads config.toml over triton_config.rs's reading of a
 //!   config.pbtxt, both into model_config.rs's one typed config (its `[runtime]` table in
 //!   runtime_config.rs); mlserver_settings.rs reads
@@ -30,14 +32,17 @@ mod control;
 mod declared;
 mod ensemble;
 mod error;
+mod idle_trim;
 mod lifecycle;
 mod load;
 mod loader;
+mod log_roots;
 mod mlserver_layout;
 mod mlserver_settings;
 mod model_config;
 mod on_demand;
 mod reconcile;
+mod repo_file;
 mod residency;
 mod retire;
 mod rollout;
@@ -66,6 +71,7 @@ pub use confine::{
 pub use control::ServedModel;
 pub use declared::{DeclaredDim, DeclaredTensor, SIGNATURE_HELP};
 pub use error::{RepositoryError, ResidencyError};
+pub use idle_trim::return_memory_when_idle;
 pub use lifecycle::{BackendDecorator, ModelRepository};
 pub use loader::{Loader, MAX_AUTOMATIC_INSTANCES};
 pub use mlserver_settings::{MlserverSettingsError, MLSERVER_SETTINGS_FILE};
@@ -73,6 +79,7 @@ pub use model_config::{
     InstancesConfig, LifecycleConfig, MlserverExtras, ModelConfig, ReloadMode, VersionPolicy,
     WarmupConfig, MAX_INSTANCES, MODEL_CONFIG_FILE,
 };
+pub use repo_file::{read_text_trusted, Limit, RepoFileError, OPERATOR_FILE};
 pub use rollout::{
     MetricsConfig, Rollout, Shadow, ShadowConfig, Split, TrafficConfig, Weighted, MAX_WEIGHT,
 };
@@ -85,5 +92,7 @@ pub use scan::{
 pub use snapshot::{LoadedModel, ModelRecord, Residence, Snapshot, VersionState};
 pub use startup::{watch_model_config_file, ModelList, ModelSource, StartupError};
 pub use tfs_batching::{TfsBatching, TfsBatchingError};
-pub use tfs_config::{read_model_config_file, served_models, ModelConfigFileError};
-pub use trim::keep_freed_memory_for_reuse;
+pub use tfs_config::{
+    read_model_config_file, served_models, ListPaths, ModelConfigFileError, OperatorPaths,
+};
+pub use trim::{keep_freed_memory_for_reuse, KeptFreedMemory};

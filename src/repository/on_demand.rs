@@ -199,11 +199,17 @@ impl ModelRepository {
         let Some((folder, config)) = control.standby.get(&key).cloned() else {
             return Err(failed("the version is no longer served"));
         };
-        let expected = control
-            .measured
-            .get(&key)
-            .copied()
-            .unwrap_or_else(|| super::files_size(&folder.path));
+        let expected = match control.measured.get(&key).copied() {
+            Some(measured) => measured,
+            None => {
+                // The folder is walked on a blocking thread: its size is a floor, and a walk
+                // that fails to finish leaves nothing to count.
+                let path = folder.path.clone();
+                tokio::task::spawn_blocking(move || super::files_size(&path))
+                    .await
+                    .unwrap_or(0)
+            }
+        };
         if expected > budget {
             return Err(self.too_large(name, version, expected, budget));
         }
@@ -212,9 +218,10 @@ impl ModelRepository {
             .map_err(|held| no_room(name, version, expected, held, budget))?;
         self.loader.metrics.record_load_on_demand(name);
         let Ok(alive) = self.load(name, &folder, &config).await else {
+            let print = super::control::fingerprints(vec![folder.path.clone()]).await;
             control
                 .failures
-                .insert(key, super::control::fingerprint(&folder.path));
+                .insert(key, print.into_iter().next().unwrap_or_default());
             let reason = match self
                 .snapshot()
                 .model(name)

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::control::{fingerprint, Control, Fingerprint, ServedModel};
+use super::control::{fingerprints, Control, Fingerprint, ServedModel};
 use super::ensemble::is_ensemble;
 use super::lifecycle::ModelRepository;
 use super::mlserver_layout::model_folders;
@@ -79,13 +79,70 @@ fn with_served_logging(
     Ok(config)
 }
 
+/// The models of the served list, or else of the scanned directory `dir`. Blocks.
+fn read_sources(
+    dir: &Path,
+    served: Option<&BTreeMap<String, ServedModel>>,
+) -> Result<Vec<Source>, ScanError> {
+    let Some(served) = served else {
+        return scanned_sources(dir);
+    };
+    let mut sources = Vec::with_capacity(served.len());
+    for served in served.values() {
+        let path = served.path.clone();
+        // A listed folder may be MLServer's: its settings apply, the list names it.
+        let mlserver = mlserver_settings::read(&path)
+            .map_err(|err| err.to_string())
+            .transpose();
+        let (versions, config) = match mlserver {
+            Some(settings) => mlserver_source(&path, settings),
+            None => (
+                versions_of(&path)?,
+                ModelConfig::load(&path).map_err(|err| err.to_string()),
+            ),
+        };
+        sources.push(Source {
+            config: with_served_logging(config, Some(served)),
+            policy_override: served.policy.clone(),
+            labels_override: served.labels.clone(),
+            name: served.name.clone(),
+            path,
+            versions,
+        });
+    }
+    Ok(sources)
+}
+
+/// The models of the scanned directory `dir`, MLServer's model folders among them. Blocks.
+fn scanned_sources(dir: &Path) -> Result<Vec<Source>, ScanError> {
+    let mut sources = Vec::new();
+    for folder in model_folders(dir)? {
+        let (versions, config) = match folder.mlserver {
+            Some(settings) => mlserver_source(&folder.path, settings),
+            None => (
+                versions_of(&folder.path)?,
+                ModelConfig::load(&folder.path).map_err(|err| err.to_string()),
+            ),
+        };
+        sources.push(Source {
+            name: folder.name,
+            path: folder.path,
+            versions,
+            config,
+            policy_override: None,
+            labels_override: None,
+        });
+    }
+    Ok(sources)
+}
+
 impl ModelRepository {
     /// Brings every model in line with the directory (or the served list).
     pub async fn reconcile(&self) -> Result<(), ScanError> {
         let mut control = self.control.lock().await;
         if control.startup_only.is_some() {
             // Taken only once the folder could be read, so that a retry still honours it.
-            let sources = self.sources(&control)?;
+            let sources = self.sources(&control).await?;
             let named = control.startup_only.take().unwrap_or_default();
             let others: Vec<String> = sources
                 .into_iter()
@@ -132,60 +189,15 @@ impl ModelRepository {
         }
     }
 
-    fn sources(&self, control: &Control) -> Result<Vec<Source>, ScanError> {
-        let listed: Vec<(String, PathBuf, Option<&ServedModel>)> = match &control.served {
-            Some(served) => served
-                .values()
-                .map(|m| (m.name.clone(), m.path.clone(), Some(m)))
-                .collect(),
-            None => return self.scanned_sources(),
-        };
-        let mut sources = Vec::with_capacity(listed.len());
-        for (name, path, served) in listed {
-            // A listed folder may be MLServer's: its settings apply, the list names it.
-            let mlserver = mlserver_settings::read(&path)
-                .map_err(|err| err.to_string())
-                .transpose();
-            let (versions, config) = match mlserver {
-                Some(settings) => mlserver_source(&path, settings),
-                None => (
-                    versions_of(&path)?,
-                    ModelConfig::load(&path).map_err(|err| err.to_string()),
-                ),
-            };
-            sources.push(Source {
-                config: with_served_logging(config, served),
-                policy_override: served.and_then(|m| m.policy.clone()),
-                labels_override: served.and_then(|m| m.labels.clone()),
-                name,
-                path,
-                versions,
-            });
-        }
-        Ok(sources)
-    }
-
-    /// The models of the scanned directory, MLServer's model folders among them.
-    fn scanned_sources(&self) -> Result<Vec<Source>, ScanError> {
-        let mut sources = Vec::new();
-        for folder in model_folders(&self.dir)? {
-            let (versions, config) = match folder.mlserver {
-                Some(settings) => mlserver_source(&folder.path, settings),
-                None => (
-                    versions_of(&folder.path)?,
-                    ModelConfig::load(&folder.path).map_err(|err| err.to_string()),
-                ),
-            };
-            sources.push(Source {
-                name: folder.name,
-                path: folder.path,
-                versions,
-                config,
-                policy_override: None,
-                labels_override: None,
-            });
-        }
-        Ok(sources)
+    /// Every model's folder and settings, read on a blocking thread: a pass reads a file or
+    /// more of every model folder, and whatever those files are (on a slow mount, say), the
+    /// runtime that answers health checks and inference never waits on them.
+    async fn sources(&self, control: &Control) -> Result<Vec<Source>, ScanError> {
+        let dir = self.dir.clone();
+        let served = control.served.clone();
+        tokio::task::spawn_blocking(move || read_sources(&dir, served.as_ref()))
+            .await
+            .map_err(|err| ScanError::Stopped(err.to_string()))?
     }
 
     pub(super) async fn reconcile_locked(
@@ -203,7 +215,7 @@ impl ModelRepository {
         control: &mut Control,
         only: Option<&str>,
     ) -> Result<(), ScanError> {
-        let sources = self.sources(control)?;
+        let sources = self.sources(control).await?;
         let wanted = |name: &str| only.is_none_or(|only| only == name);
 
         // Models that are gone from disk (or from the served list) unload and disappear.
@@ -325,13 +337,17 @@ impl ModelRepository {
             record.payload_log = payload_log;
         });
 
-        let to_load: Vec<(&VersionFolder, Fingerprint)> = source
+        let candidates: Vec<&VersionFolder> = source
             .versions
             .iter()
             .filter(|v| aspired.contains(&v.version))
             .filter(|v| !self.is_serving(&source.name, v.version))
-            .map(|v| {
-                let mut print = fingerprint(&v.path);
+            .collect();
+        let prints = fingerprints(candidates.iter().map(|v| v.path.clone()).collect()).await;
+        let to_load: Vec<(&VersionFolder, Fingerprint)> = candidates
+            .into_iter()
+            .zip(prints)
+            .map(|(v, mut print)| {
                 if let Some(steps) = &config.ensemble {
                     print.extend(self.ensemble_steps_print(steps));
                 }

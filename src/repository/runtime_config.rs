@@ -27,6 +27,7 @@ use std::path::{Component, Path};
 
 use serde::Deserialize;
 
+use super::repo_file::output_inside;
 use super::scan::{has_model_extension, ONNX_MODEL_FILE};
 use crate::backend::onnx::{ExecutionMode, GraphOptimization, OnnxSessionOptions};
 use crate::backend::RuntimeThreads;
@@ -269,7 +270,15 @@ fn optimized_path(
     if path.parent().is_some_and(|parent| !parent.is_dir()) {
         return Err(at("its folder does not exist in the version folder".into()));
     }
-    Ok(path)
+    // ONNX Runtime writes the file wherever the path leads: through a linked folder out of the
+    // version folder, through a link in its place, or into a FIFO, where it would block.
+    let resolved = output_inside(folder, Path::new(file)).map_err(|err| at(err.to_string()))?;
+    if std::fs::canonicalize(model_file).is_ok_and(|model| model == resolved) {
+        return Err(at(
+            "leads to the model file itself, which ONNX Runtime would overwrite".into(),
+        ));
+    }
+    Ok(resolved)
 }
 
 #[cfg(test)]
@@ -393,6 +402,23 @@ mod tests {
             ),
         ];
         let named = with_file("optimized.onnx").onnx_options(&folder, &renamed, true);
+        // A folder linked out of the version folder, a link in the file's place, an alias of
+        // the model file through a link to its own folder: ONNX Runtime would write there.
+        let links = || -> std::io::Result<()> {
+            std::fs::create_dir_all(folder.join("elsewhere"))?;
+            std::os::unix::fs::symlink(std::env::temp_dir(), folder.join("out"))?;
+            std::os::unix::fs::symlink(folder.join("elsewhere/x"), folder.join("linked.onnx"))?;
+            std::os::unix::fs::symlink(".", folder.join("here"))?;
+            std::fs::write(&model, b"onnx")
+        };
+        let linked = links().map_err(|e| e.to_string()).map(|()| {
+            [
+                ("out/optimized.onnx", "does not lead to a file inside"),
+                ("linked.onnx", "does not lead to a file inside"),
+                ("here/model.onnx", "the model file itself"),
+            ]
+            .map(|(file, needle)| (with_file(file).onnx_options(&folder, &model, true), needle))
+        });
         let other_ending = with_file("ranker.optimized").onnx_options(&folder, &renamed, false);
         let _ = std::fs::remove_dir_all(&folder);
         assert_eq!(
@@ -401,7 +427,7 @@ mod tests {
         );
         assert!(named.is_ok(), "{named:?}");
         assert!(other_ending.is_ok(), "{other_ending:?}");
-        for (result, needle) in cases {
+        for (result, needle) in cases.into_iter().chain(linked?) {
             let err = result.err().unwrap_or_default();
             assert!(err.contains(needle), "{needle}: {err}");
         }

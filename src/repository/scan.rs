@@ -24,6 +24,10 @@ pub enum ScanError {
         #[source]
         source: std::io::Error,
     },
+    /// The blocking thread that reads the directory ended without an answer (it panicked, or
+    /// the runtime is shutting down).
+    #[error("reading the model directory stopped: {0}")]
+    Stopped(String),
 }
 
 /// The numeric version folders of one model folder, ascending by version number. A folder
@@ -155,6 +159,39 @@ pub fn subfolders(dir: &Path) -> Result<Vec<(String, PathBuf)>, ScanError> {
     Ok(out)
 }
 
+/// How deep and how wide [`files_under`] looks. Links are followed (a version folder, or its
+/// `variables/`, may be linked in), so a link to its own folder would make a walk endless, and
+/// a few such links exponential: the bounds keep it short whatever a folder holds.
+const MAX_WALK_DEPTH: usize = 16;
+const MAX_WALK_ENTRIES: usize = 100_000;
+
+/// The files at any depth under `dir` (links followed), within the bounds above, nearest
+/// first: should the bounds cut a walk short, what they leave out lies deepest. Every entry
+/// seen counts against the bound, folders too, since links among folders alone would
+/// otherwise be walked without end. Blocks.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut entries_left = MAX_WALK_ENTRIES;
+    let mut folders = std::collections::VecDeque::from([(dir.to_path_buf(), 0)]);
+    while let Some((folder, depth)) = folders.pop_front() {
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for path in entries.filter_map(|entry| entry.ok().map(|e| e.path())) {
+            let Some(left) = entries_left.checked_sub(1) else {
+                return files;
+            };
+            entries_left = left;
+            if !path.is_dir() {
+                files.push(path);
+            } else if depth < MAX_WALK_DEPTH {
+                folders.push_back((path, depth + 1));
+            }
+        }
+    }
+    files
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +251,27 @@ mod tests {
         assert!(!is_flat(&versioned[0]));
         assert!(versions_only);
         assert!(!stray_file_in_repository);
+        Ok(())
+    }
+
+    /// Links from a version folder to itself, a few of them: a walk that followed them
+    /// without bounds would never end (each level multiplies the folders by the links).
+    #[test]
+    fn a_walk_through_links_to_their_own_folder_ends() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("tensorport-walk-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("model.onnx"), b"onnx")?;
+        for link in ["a", "b", "c", "d"] {
+            std::os::unix::fs::symlink(".", dir.join(link))?;
+        }
+        let files = files_under(&dir);
+        std::fs::remove_dir_all(&dir)?;
+        assert!(
+            files.contains(&dir.join("model.onnx")),
+            "{:?}",
+            files.first()
+        );
+        assert!(files.len() < MAX_WALK_ENTRIES, "{}", files.len());
         Ok(())
     }
 }

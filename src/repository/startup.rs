@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::mlserver_layout::holds_mlserver_models;
+use super::repo_file::{read_text_trusted, OPERATOR_FILE};
 use super::{
     check_model_name, holds_one_model, read_model_config_file, resolve_trusted, served_models,
-    ConfineError, ModelConfigFileError, ModelRepository, RepositoryError, ServedModel,
+    ConfineError, ModelConfigFileError, ModelRepository, OperatorPaths, RepositoryError,
+    ServedModel,
 };
 
 /// Where the models come from, as the flags name them.
@@ -115,8 +117,7 @@ impl ModelList {
             Self::Scanned => Ok(None),
             Self::ConfigFile(file) => {
                 let list = read_model_config_file(file)?;
-                let trusted = |name: &str, base: &str| resolve_trusted(root, name, Path::new(base));
-                served_models(list, trusted)
+                served_models(list, &OperatorPaths(root))
                     .map(Some)
                     .map_err(|source| StartupError::Listed {
                         path: file.clone(),
@@ -154,23 +155,28 @@ pub async fn watch_model_config_file(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
     let list = ModelList::ConfigFile(file.clone());
-    let mut last_text = std::fs::read_to_string(&file).ok();
+    let mut last_text = text_of(&file).await;
     let mut last_error: Option<String> = None;
     loop {
         ticks.tick().await;
-        let text = std::fs::read_to_string(&file).ok();
+        let text = text_of(&file).await;
         // An unchanged file is applied again only while it failed (a base path it names may
         // have appeared since).
         if text == last_text && last_error.is_none() {
             continue;
         }
         last_text = text;
-        let applied = match list.served(&repository.dir) {
-            Ok(models) => repository
+        let served = {
+            let (list, root) = (list.clone(), repository.dir.clone());
+            tokio::task::spawn_blocking(move || list.served(&root)).await
+        };
+        let applied = match served {
+            Ok(Ok(models)) => repository
                 .serve_only(models.unwrap_or_default())
                 .await
                 .map_err(|err| err.to_string()),
-            Err(err) => Err(err.to_string()),
+            Ok(Err(err)) => Err(err.to_string()),
+            Err(err) => Err(format!("reading the model config file stopped: {err}")),
         };
         match applied {
             Ok(()) => {
@@ -188,6 +194,16 @@ pub async fn watch_model_config_file(
             }
         }
     }
+}
+
+/// The text of the model config file, read off the async runtime (it may sit on a slow
+/// mount, or be a FIFO someone made, which is refused rather than waited on).
+async fn text_of(file: &Path) -> Option<String> {
+    let file = file.to_path_buf();
+    tokio::task::spawn_blocking(move || read_text_trusted(&file, OPERATOR_FILE).ok())
+        .await
+        .ok()
+        .flatten()
 }
 
 /// One model at `base`: a folder (version folders or the model file inside) or a model file,

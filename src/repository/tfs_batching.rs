@@ -17,6 +17,7 @@ use crate::batcher::{BatchSettings, MAX_QUEUE_SIZE};
 use crate::proto::tensorflow::serving::BatchingParameters;
 use crate::textproto;
 
+use super::repo_file::{read_text_trusted, RepoFileError, OPERATOR_FILE};
 use super::MAX_INSTANCES;
 
 /// TF Serving's defaults for fields a batching file leaves out.
@@ -50,12 +51,9 @@ pub struct Capped {
 /// Why the batching file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum TfsBatchingError {
-    #[error("--batching-parameters-file: cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Not a regular file, over the cap, or unreadable; the error names the file.
+    #[error("--batching-parameters-file: {0}")]
+    Read(#[source] RepoFileError),
     #[error("--batching-parameters-file: {path} is not a BatchingParameters text proto: {source}")]
     Parse {
         path: PathBuf,
@@ -79,10 +77,7 @@ impl TfsBatching {
 
     /// Reads and maps `path`.
     pub fn read(path: &Path) -> Result<Self, TfsBatchingError> {
-        let text = std::fs::read_to_string(path).map_err(|source| TfsBatchingError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_text_trusted(path, OPERATOR_FILE).map_err(TfsBatchingError::Read)?;
         let parameters =
             textproto::parse::<BatchingParameters>("tensorflow.serving.BatchingParameters", &text)
                 .map_err(|source| TfsBatchingError::Parse {

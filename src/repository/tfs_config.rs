@@ -1,7 +1,9 @@
 //! TF Serving's model list (`ModelServerConfig`'s `model_config_list`) in the repository's
 //! terms: read from `--model-config-file` at start-up and on its poll, and sent at run time
 //! through the `HandleReloadConfigRequest` RPC. Both go through [`served_models`], so the file
-//! and the RPC accept exactly the same lists, with the same confinement of `base_path`.
+//! and the RPC accept exactly the same lists; what differs is how their paths are taken
+//! ([`ListPaths`]): the operator's file as written, a client's `base_path` and payload-log
+//! `filename_prefix` confined.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -14,7 +16,10 @@ use crate::proto::tensorflow::serving::{
 use crate::payload_log::LoggingTable;
 use crate::textproto;
 
-use super::{check_model_name, ConfineError, RepositoryError, ServedModel, VersionPolicy};
+use super::repo_file::{read_text_trusted, RepoFileError, OPERATOR_FILE};
+use super::{
+    check_model_name, resolve_trusted, ConfineError, RepositoryError, ServedModel, VersionPolicy,
+};
 
 /// Platforms a list entry may name (TF Serving's own, and ONNX).
 const PLATFORMS: [&str; 3] = ["tensorflow", "onnx", "pytorch"];
@@ -22,12 +27,9 @@ const PLATFORMS: [&str; 3] = ["tensorflow", "onnx", "pytorch"];
 /// Why `--model-config-file` was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelConfigFileError {
-    #[error("--model-config-file: cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// Not a regular file, over the cap, or unreadable; the error names the file.
+    #[error("--model-config-file: {0}")]
+    Read(#[source] RepoFileError),
     #[error("--model-config-file: {path} is not a ModelServerConfig text proto: {source}")]
     Parse {
         path: PathBuf,
@@ -40,10 +42,7 @@ pub enum ModelConfigFileError {
 
 /// The model list of a `models.config` file, checked to be a non-empty `model_config_list`.
 pub fn read_model_config_file(path: &Path) -> Result<ModelConfigList, ModelConfigFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ModelConfigFileError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = read_text_trusted(path, OPERATOR_FILE).map_err(ModelConfigFileError::Read)?;
     let invalid = |message: &str| ModelConfigFileError::Invalid {
         path: path.to_path_buf(),
         message: message.to_owned(),
@@ -68,11 +67,42 @@ pub fn read_model_config_file(path: &Path) -> Result<ModelConfigList, ModelConfi
     }
 }
 
-/// Every entry of `list` as a [`ServedModel`]; `confined_path` resolves a `base_path` inside
-/// the model roots. Names must be plain and listed once.
+/// How a model list's paths are taken: the operator's as written, a client's confined.
+pub trait ListPaths {
+    /// The folder of model `name`'s versions that `base_path` names.
+    fn base_path(&self, name: &str, base_path: &str) -> Result<PathBuf, ConfineError>;
+    /// Where model `name`'s payload logs go for a `filename_prefix` (never empty), with the
+    /// folder the prefix is confined to, when it is.
+    fn log_prefix(
+        &self,
+        name: &str,
+        prefix: &str,
+    ) -> Result<(PathBuf, Option<PathBuf>), ConfineError>;
+}
+
+/// The operator's own `models.config`: a relative `base_path` starts at the folder this
+/// holds, and a `filename_prefix` is taken as written, as TF Serving takes it.
+pub struct OperatorPaths<'a>(pub &'a Path);
+
+impl ListPaths for OperatorPaths<'_> {
+    fn base_path(&self, name: &str, base_path: &str) -> Result<PathBuf, ConfineError> {
+        resolve_trusted(self.0, name, Path::new(base_path))
+    }
+
+    fn log_prefix(
+        &self,
+        _name: &str,
+        prefix: &str,
+    ) -> Result<(PathBuf, Option<PathBuf>), ConfineError> {
+        Ok((PathBuf::from(prefix), None))
+    }
+}
+
+/// Every entry of `list` as a [`ServedModel`], its paths taken by `paths`. Names must be
+/// plain and listed once.
 pub fn served_models(
     list: ModelConfigList,
-    confined_path: impl Fn(&str, &str) -> Result<PathBuf, ConfineError>,
+    paths: &impl ListPaths,
 ) -> Result<Vec<ServedModel>, RepositoryError> {
     let mut seen = HashSet::new();
     list.config
@@ -81,7 +111,7 @@ pub fn served_models(
             if !seen.insert(model.name.clone()) {
                 return Err(RepositoryError::ListedTwice(model.name));
             }
-            served_model(model, &confined_path)
+            served_model(model, paths)
         })
         .collect()
 }
@@ -89,7 +119,7 @@ pub fn served_models(
 /// One entry of a model list in the repository's terms.
 fn served_model(
     model: TfsModelConfig,
-    confined_path: impl Fn(&str, &str) -> Result<PathBuf, ConfineError>,
+    paths: &impl ListPaths,
 ) -> Result<ServedModel, RepositoryError> {
     // First, since later messages repeat the name.
     check_model_name(&model.name)?;
@@ -127,9 +157,13 @@ fn served_model(
             .ok_or_else(|| RepositoryError::LabelsNotPositive(model.name.clone()))?;
         Some(labels)
     };
-    let path = confined_path(&model.name, &model.base_path)?;
+    let path = paths.base_path(&model.name, &model.base_path)?;
+    let logging = model
+        .logging_config
+        .map(|config| logging_table(&model.name, config, paths))
+        .transpose()?;
     Ok(ServedModel {
-        logging: model.logging_config.map(logging_table),
+        logging,
         name: model.name,
         path,
         policy,
@@ -138,19 +172,33 @@ fn served_model(
 }
 
 /// `logging_config { log_collector_config { filename_prefix } sampling_config { sampling_rate } }`
-/// as a `[logging]` table; the repository checks it with the model's other settings.
-fn logging_table(config: LoggingConfig) -> LoggingTable {
+/// as a `[logging]` table, its prefix taken by `paths`; the repository checks the rest with
+/// the model's other settings. An empty prefix names no file: config.toml's `path` applies.
+fn logging_table(
+    name: &str,
+    config: LoggingConfig,
+    paths: &impl ListPaths,
+) -> Result<LoggingTable, ConfineError> {
     let prefix = config
         .log_collector_config
-        .map(|collector| PathBuf::from(collector.filename_prefix));
-    LoggingTable {
+        .map(|collector| collector.filename_prefix)
+        .filter(|prefix| !prefix.is_empty());
+    let (filename_prefix, prefix_root) = match prefix {
+        Some(prefix) => {
+            let (path, root) = paths.log_prefix(name, &prefix)?;
+            (Some(path), root)
+        }
+        None => (None, None),
+    };
+    Ok(LoggingTable {
         path: None,
         sample: config.sampling_config.map_or(0.0, |s| s.sampling_rate),
         format: None,
         max_file_bytes: None,
         shadow: false,
-        filename_prefix: prefix,
-    }
+        filename_prefix,
+        prefix_root,
+    })
 }
 
 #[cfg(test)]
@@ -171,6 +219,29 @@ mod tests {
         read
     }
 
+    /// Base paths under `/models`, `/elsewhere` refused; prefixes under `/logs` confined there.
+    struct TestPaths;
+
+    impl ListPaths for TestPaths {
+        fn base_path(&self, name: &str, base: &str) -> Result<PathBuf, ConfineError> {
+            match base {
+                "/elsewhere" => Err(ConfineError::OutsideRoots(name.to_owned())),
+                base => Ok(PathBuf::from("/models").join(base)),
+            }
+        }
+
+        fn log_prefix(
+            &self,
+            name: &str,
+            prefix: &str,
+        ) -> Result<(PathBuf, Option<PathBuf>), ConfineError> {
+            match prefix.strip_prefix("/logs/") {
+                Some(_) => Ok((PathBuf::from(prefix), Some(PathBuf::from("/logs")))),
+                None => Err(ConfineError::LogPrefixOutside(name.to_owned())),
+            }
+        }
+    }
+
     #[test]
     fn a_models_config_becomes_served_models() -> Result<(), String> {
         let parsed = list(
@@ -185,10 +256,7 @@ mod tests {
                  config { name: "other" base_path: "/elsewhere" }
                }"#,
         )?;
-        let served = served_models(parsed, |name, base| match base {
-            "/elsewhere" => Err(ConfineError::OutsideRoots(name.to_owned())),
-            base => Ok(PathBuf::from("/models").join(base)),
-        });
+        let served = served_models(parsed, &TestPaths);
         let err = served.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("model 'other'"), "{err}");
 
@@ -197,8 +265,7 @@ mod tests {
                  model_version_policy { specific { versions: 1 versions: 2 } }
                  version_labels { key: "stable" value: 1 } } }"#,
         )?;
-        let served = served_models(parsed, |_, base| Ok(PathBuf::from("/models").join(base)))
-            .map_err(|e| e.to_string())?;
+        let served = served_models(parsed, &TestPaths).map_err(|e| e.to_string())?;
         assert_eq!(
             served,
             vec![ServedModel {
@@ -224,12 +291,58 @@ mod tests {
         }
         let twice = list("model_config_list { config { name: \"a\" } config { name: \"a\" } }")
             .map_err(|e| e.to_string())
-            .and_then(|l| {
-                served_models(l, |_, _| Ok(PathBuf::from("/m"))).map_err(|e| e.to_string())
-            });
+            .and_then(|l| served_models(l, &TestPaths).map_err(|e| e.to_string()));
         assert!(twice
             .err()
             .unwrap_or_default()
             .contains("listed more than once"));
+    }
+
+    #[test]
+    fn a_logging_prefix_is_taken_by_the_paths() -> Result<(), String> {
+        let entry = |prefix: &str| {
+            format!(
+                r#"model_config_list {{ config {{ name: "ranker" base_path: "ranker"
+                     logging_config {{ log_collector_config {{ filename_prefix: "{prefix}" }}
+                                       sampling_config {{ sampling_rate: 0.5 }} }} }} }}"#
+            )
+        };
+        let refused = served_models(list(&entry("/tmp/x/deep/er/pwned"))?, &TestPaths)
+            .err()
+            .ok_or("a prefix outside was taken")?;
+        assert_eq!(
+            refused.kind(),
+            crate::error_kind::ErrorKind::InvalidArgument
+        );
+        let message = refused.to_string();
+        assert!(message.contains("filename_prefix") && !message.contains("/tmp"));
+
+        let served =
+            served_models(list(&entry("/logs/ranker"))?, &TestPaths).map_err(|e| e.to_string())?;
+        let logging = served.first().and_then(|m| m.logging.clone());
+        let logging = logging.ok_or("no logging")?;
+        assert_eq!(logging.filename_prefix, Some(PathBuf::from("/logs/ranker")));
+        assert_eq!(logging.prefix_root, Some(PathBuf::from("/logs")));
+        assert_eq!(logging.sample, 0.5);
+
+        // The operator's file: as written, unconfined.
+        let operator = served_models(
+            list(&entry("/anywhere/ranker"))?,
+            &OperatorPaths(Path::new("examples/models")),
+        )
+        .map_err(|e| e.to_string())?;
+        let logging = operator.first().and_then(|m| m.logging.clone());
+        let logging = logging.ok_or("no logging")?;
+        assert_eq!(
+            logging.filename_prefix,
+            Some(PathBuf::from("/anywhere/ranker"))
+        );
+        assert_eq!(logging.prefix_root, None);
+
+        // An empty prefix names nothing: the model's own [logging] path applies.
+        let empty = served_models(list(&entry(""))?, &TestPaths).map_err(|e| e.to_string())?;
+        let logging = empty.first().and_then(|m| m.logging.clone());
+        assert_eq!(logging.and_then(|l| l.filename_prefix), None);
+        Ok(())
     }
 }

@@ -33,7 +33,9 @@
 //! client on 1,000-row ranking requests (`perf record`: `exc_page_fault` and memcg charges
 //! under the body's and tonic's copies). Blocks up to 32 MiB then come from the arenas, and
 //! an arena keeps up to 64 MiB of free top for the next request (docs/BENCHMARKS.md,
-//! "Against native Triton").
+//! "Against native Triton"). Kept for good, that memory would make one burst's peak the
+//! process's size: [`KeptFreedMemory`] lets the idle trimmer (`idle_trim.rs`) give arena
+//! tops back between bursts, and [`release_freed_memory`] takes the rest once idle.
 #![allow(unsafe_code)]
 
 /// Blocks of at least this many bytes get a mapping of their own under a budget.
@@ -84,19 +86,26 @@ const ARENA_BLOCKS_UP_TO: libc::c_int = 32 << 20;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const KEPT_ARENA_TOP: libc::c_int = 64 << 20;
 
+/// Free top an arena keeps while the idle trimmer gives memory back: glibc's default trim
+/// threshold.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const GIVEN_BACK_ARENA_TOP: libc::c_int = 128 << 10;
+
 /// Keeps memory freed by a request's large buffers in malloc's arenas for the next request,
 /// for a serving process without a memory budget; unless the operator has set glibc's
 /// thresholds. Called once, by the server's `main` only: the setting is the process's, and
 /// a library user (a test binary running servers with and without budgets) keeps its own.
+/// `Some` when the thresholds were set: the server's idle trimmer then switches the arena
+/// tops between kept and given back (`ServerOptions::kept_freed_memory`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn keep_freed_memory_for_reuse() {
+pub fn keep_freed_memory_for_reuse() -> Option<KeptFreedMemory> {
     let tunables = std::env::var("GLIBC_TUNABLES").unwrap_or_default();
     if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
         || std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_some()
         || tunables.contains("glibc.malloc.mmap_threshold")
         || tunables.contains("glibc.malloc.trim_threshold")
     {
-        return;
+        return None;
     }
     // SAFETY: as in `return_large_allocations`: mallopt takes no pointer and may be called
     // from any thread; both values are within glibc's limits (32 MiB is the largest mapping
@@ -105,7 +114,42 @@ pub fn keep_freed_memory_for_reuse() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, ARENA_BLOCKS_UP_TO);
         libc::mallopt(libc::M_TRIM_THRESHOLD, KEPT_ARENA_TOP);
     }
+    Some(KeptFreedMemory(()))
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn keep_freed_memory_for_reuse() {}
+pub fn keep_freed_memory_for_reuse() -> Option<KeptFreedMemory> {
+    None
+}
+
+/// Made only by [`keep_freed_memory_for_reuse`] once it has set the thresholds, so that
+/// whoever holds one may switch the arena tops and leaves an operator's own thresholds (or a
+/// budget's) alone.
+///
+/// glibc gives a thread arena's free top back only from `free`, when a block of 64 KiB or
+/// more is freed in that arena while the top is over the trim threshold; `malloc_trim`
+/// returns the pages of free blocks inside every arena and the main arena's top, never a
+/// thread arena's top. So the tops that a burst's last frees leave stay, whatever is trimmed
+/// later, unless the threshold was already down when those frees ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeptFreedMemory(());
+
+impl KeptFreedMemory {
+    /// `true`: arenas keep up to 64 MiB of free top for the next request (as tuned);
+    /// `false`: a large free trims its arena's top down to glibc's default, as untuned.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    pub(super) fn keep_arena_tops(self, keep: bool) {
+        let threshold = if keep {
+            KEPT_ARENA_TOP
+        } else {
+            GIVEN_BACK_ARENA_TOP
+        };
+        // SAFETY: as in `keep_freed_memory_for_reuse`; the value is within glibc's limits.
+        unsafe {
+            libc::mallopt(libc::M_TRIM_THRESHOLD, threshold);
+        }
+    }
+
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    pub(super) fn keep_arena_tops(self, _keep: bool) {}
+}

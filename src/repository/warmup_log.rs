@@ -3,10 +3,11 @@
 //! before it serves, as TF Serving does; a file that cannot be read, or a request that fails,
 //! fails the load of that version.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use prost::Message;
 
+use super::repo_file::{read_inside, WARMUP};
 use super::tfrecord;
 use crate::backend::Backend;
 use crate::batcher::ValidRequest;
@@ -19,17 +20,20 @@ pub const WARMUP_FILE: &str = "assets.extra/tf_serving_warmup_requests";
 /// TF Serving's cap on the records of one warmup file.
 const MAX_RECORDS: usize = 1000;
 
-/// The warmup file of a version folder, if it ships one.
-pub fn find(version_dir: &Path) -> Option<PathBuf> {
-    let path = version_dir.join(WARMUP_FILE);
-    path.is_file().then_some(path)
+/// Whether a version folder ships a warmup file: anything by that name (a link, a FIFO) is
+/// found, so that what is not a regular file inside the folder fails the load saying so.
+pub fn ships(version_dir: &Path) -> bool {
+    std::fs::symlink_metadata(version_dir.join(WARMUP_FILE)).is_ok()
 }
 
-/// Replays every request of the warmup file at `path` on `backend`; returns how many ran.
+/// Replays every request of the warmup file of `version_dir` on `backend`; returns how many
+/// ran. The file is read within [`WARMUP`] bytes, as a regular file inside the version folder.
 /// Blocks.
-pub fn replay(backend: &dyn Backend, path: &Path) -> Result<usize, String> {
+pub fn replay(backend: &dyn Backend, version_dir: &Path) -> Result<usize, String> {
+    let path = version_dir.join(WARMUP_FILE);
     let shown = path.display();
-    let file = std::fs::read(path).map_err(|err| format!("cannot read {shown}: {err}"))?;
+    let file =
+        read_inside(version_dir, Path::new(WARMUP_FILE), WARMUP).map_err(|err| err.to_string())?;
     let records = tfrecord::records(&file).map_err(|err| format!("{shown}: {err}"))?;
     if records.len() > MAX_RECORDS {
         return Err(format!(

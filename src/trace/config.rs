@@ -2,9 +2,12 @@
 //! `rate=N`, `level=TIMESTAMPS`, `count=N`, `log-frequency=N`, `opentelemetry,url=...`,
 //! `opentelemetry,resource=KEY=VALUE`, `opentelemetry,bsp_*=N`), over the standard
 //! OpenTelemetry variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`,
-//! `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_TRACES_SAMPLER_ARG`, `OTEL_SERVICE_NAME`).
+//! `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_TRACES_SAMPLER_ARG`, `OTEL_SERVICE_NAME`, and the
+//! headers, timeout and TLS files that `env` reads).
 
 use std::time::Duration;
+
+use super::env::{self as otel, CollectorTls, OtlpHeaders};
 
 /// Triton's default collector.
 pub const DEFAULT_URL: &str = "http://localhost:4318/v1/traces";
@@ -122,6 +125,10 @@ pub struct ExportSettings {
     pub timeout: Duration,
     /// Resource attributes (`service.name` and the operator's `resource=KEY=VALUE`).
     pub resource: Vec<(String, String)>,
+    /// Headers sent with every export (`OTEL_EXPORTER_OTLP_HEADERS`).
+    pub headers: OtlpHeaders,
+    /// The TLS files for an `https://` collector.
+    pub tls: CollectorTls,
 }
 
 impl Default for ExportSettings {
@@ -134,6 +141,8 @@ impl Default for ExportSettings {
             max_batch: 512,
             timeout: Duration::from_secs(3),
             resource: Vec::new(),
+            headers: OtlpHeaders::default(),
+            tls: CollectorTls::default(),
         }
     }
 }
@@ -224,22 +233,19 @@ impl TraceConfig {
 
     fn apply_env(&mut self, env: &impl Fn(&str) -> Option<String>) -> Result<(), String> {
         let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-        if let Some(protocol) =
-            var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| var("OTEL_EXPORTER_OTLP_PROTOCOL"))
-        {
+        if let Some((name, protocol)) = otel::either(env, otel::TRACES_PROTOCOL, otel::PROTOCOL) {
             self.export.protocol = match protocol.trim() {
                 "http/protobuf" => OtlpProtocol::HttpProtobuf,
                 "grpc" => OtlpProtocol::Grpc,
                 other => {
                     return Err(format!(
-                        "OTEL_EXPORTER_OTLP_PROTOCOL '{other}': tensorport exports http/protobuf \
-                         or grpc"
+                        "{name} '{other}': tensorport exports http/protobuf or grpc"
                     ))
                 }
             };
         }
-        let endpoint = var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").map(|url| url.trim().to_owned());
-        let base = var("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| {
+        let endpoint = var(otel::TRACES_ENDPOINT).map(|url| url.trim().to_owned());
+        let base = var(otel::ENDPOINT).map(|base| {
             let base = base.trim().trim_end_matches('/');
             match self.export.protocol {
                 // The gRPC service path is fixed; the base is the whole address.
@@ -253,17 +259,22 @@ impl TraceConfig {
         } else if self.export.protocol == OtlpProtocol::Grpc {
             self.export.url = "http://localhost:4317".to_owned();
         }
-        if let Some(ratio) = var("OTEL_TRACES_SAMPLER_ARG") {
+        if let Some(ratio) = var(otel::SAMPLER_ARG) {
             let ratio: f64 = ratio
                 .trim()
                 .parse()
                 .ok()
                 .filter(|r: &f64| (0.0..=1.0).contains(r))
-                .ok_or_else(|| format!("OTEL_TRACES_SAMPLER_ARG '{ratio}' is not in [0, 1]"))?;
+                .ok_or_else(|| format!("{} '{ratio}' is not in [0, 1]", otel::SAMPLER_ARG))?;
             self.sampling.rate = rate_of_ratio(ratio);
         }
-        if let Some(name) = var("OTEL_SERVICE_NAME") {
+        if let Some(name) = var(otel::SERVICE_NAME) {
             self.export.resource.push(("service.name".to_owned(), name));
+        }
+        self.export.headers = otel::headers(env)?;
+        self.export.tls = otel::tls(env)?;
+        if let Some(timeout) = otel::timeout(env)? {
+            self.export.timeout = timeout;
         }
         Ok(())
     }

@@ -1,30 +1,26 @@
 //! The exporter: finished traces wait in a bounded queue and a background task sends them
-//! in batches to the collector over OTLP/HTTP (protobuf) or OTLP/gRPC. A full queue, a
-//! collector that refuses, fails or never answers within the timeout: the spans are dropped
-//! and counted (`tensorport_trace_spans_dropped_total`); a request never waits for any of it.
+//! in batches to the collector over OTLP/HTTP (protobuf, `http_export`) or OTLP/gRPC
+//! (`grpc_export`), plain or over TLS. A full queue, a collector that refuses, fails or never
+//! answers within the timeout: the spans are dropped and counted
+//! (`tensorport_trace_spans_dropped_total`); a request never waits for any of it.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 use tokio::sync::mpsc;
 
+use super::collector::Collector;
 use super::config::{ExportSettings, OtlpProtocol, TraceConfig};
 use super::context::IdSource;
 use super::counters::TraceCounters;
+pub use super::export_error::{ExportError, SendError};
+use super::grpc_export::GrpcExporter;
+use super::http_export::HttpExporter;
 use super::otlp::export_request;
 use super::record::FinishedTrace;
 use super::settings::TraceSettings;
-
-/// Why the exporter could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    #[error("trace collector URL '{url}' is not http://HOST:PORT/PATH: {why}")]
-    Url { url: String, why: String },
-}
 
 /// Samples requests and takes their finished traces to the exporter.
 #[derive(Debug)]
@@ -73,79 +69,35 @@ impl Tracer {
 
 /// Where the exporter sends.
 enum Target {
-    Http { authority: String, uri: http::Uri },
-    Grpc(TraceServiceClient<tonic::transport::Channel>),
+    Http(HttpExporter),
+    Grpc(GrpcExporter),
 }
 
 impl Target {
     fn parse(export: &ExportSettings) -> Result<Self, ExportError> {
-        let fail = |why: String| ExportError::Url {
-            url: export.url.clone(),
-            why,
-        };
-        let uri: http::Uri = export.url.parse().map_err(|e| fail(format!("{e}")))?;
-        if uri.scheme_str() != Some("http") {
-            return Err(fail(
-                "only http:// collectors are supported (run a local collector or agent for TLS)"
-                    .into(),
-            ));
-        }
-        let authority = uri
-            .authority()
-            .ok_or_else(|| fail("no host".into()))?
-            .to_string();
         match export.protocol {
-            OtlpProtocol::HttpProtobuf => Ok(Self::Http { authority, uri }),
+            OtlpProtocol::HttpProtobuf => {
+                let collector = Collector::parse(&export.url, &export.tls, b"http/1.1")?;
+                Ok(Self::Http(HttpExporter::new(
+                    collector,
+                    export.headers.clone(),
+                )))
+            }
             OtlpProtocol::Grpc => {
-                let channel = tonic::transport::Channel::from_shared(format!("http://{authority}"))
-                    .map_err(|e| fail(e.to_string()))?
-                    .connect_timeout(export.timeout)
-                    .timeout(export.timeout)
-                    .connect_lazy();
-                Ok(Self::Grpc(TraceServiceClient::new(channel)))
+                let collector = Collector::parse(&export.url, &export.tls, b"h2")?;
+                Ok(Self::Grpc(GrpcExporter::new(
+                    collector,
+                    export.headers.clone(),
+                    export.timeout,
+                )?))
             }
         }
     }
 
-    async fn send(
-        &mut self,
-        body: opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
-    ) -> Result<(), String> {
+    async fn send(&mut self, body: ExportTraceServiceRequest) -> Result<(), SendError> {
         match self {
-            Self::Http { authority, uri } => {
-                let stream = tokio::net::TcpStream::connect(authority.as_str())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let (mut sender, connection) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                let driver = tokio::spawn(connection);
-                let request = http::Request::post(uri.clone())
-                    .header(http::header::HOST, authority.as_str())
-                    .header(http::header::CONTENT_TYPE, "application/x-protobuf")
-                    .body(Full::new(Bytes::from(body.encode_to_vec())))
-                    .map_err(|e| e.to_string())?;
-                let answer = sender
-                    .send_request(request)
-                    .await
-                    .map_err(|e| e.to_string());
-                let outcome = match answer {
-                    Ok(answer) if answer.status().is_success() => {
-                        let _ = answer.into_body().collect().await;
-                        Ok(())
-                    }
-                    Ok(answer) => Err(format!("collector answered {}", answer.status())),
-                    Err(err) => Err(err),
-                };
-                driver.abort();
-                outcome
-            }
-            Self::Grpc(client) => client
-                .export(body)
-                .await
-                .map(|_| ())
-                .map_err(|status| status.to_string()),
+            Self::Http(http) => http.send(Bytes::from(body.encode_to_vec())).await,
+            Self::Grpc(grpc) => grpc.send(body).await,
         }
     }
 }
@@ -175,19 +127,18 @@ async fn run(
         let spans: u64 = batch.iter().map(|t| t.spans.len() as u64).sum();
         let request = export_request(&batch, &export.resource);
         drop(batch);
-        let sent = tokio::time::timeout(export.timeout, target.send(request)).await;
+        // The whole export, connecting and reading the answer included.
+        let sent = tokio::time::timeout(export.timeout, target.send(request))
+            .await
+            .unwrap_or(Err(SendError::Timeout(export.timeout)));
         match sent {
-            Ok(Ok(())) => {
+            Ok(()) => {
                 counters.exported.inc_by(spans);
                 warned = false;
             }
-            failed => {
+            Err(why) => {
                 counters.dropped.inc_by(spans);
                 if !warned {
-                    let why = match failed {
-                        Ok(Err(why)) => why,
-                        _ => format!("no answer within {:?}", export.timeout),
-                    };
                     tracing::warn!(url = %export.url, "trace export failed, spans dropped: {why}");
                     warned = true;
                 }

@@ -7,11 +7,13 @@
 //! [`Traffic::sample`] before a run, and [`Traffic::after_run`] once the outputs are ready.
 
 mod headroom;
+mod held;
 mod scores;
 mod shadow;
 mod split;
 mod values;
 
+pub use held::SHADOW_QUEUE_BYTES;
 pub use shadow::{ShadowCopy, ShadowDispatcher, ShadowInputs, ShadowJob, SHADOW_QUEUE};
 pub use split::{choose, Draws};
 pub use values::{max_abs_difference, values};
@@ -98,6 +100,7 @@ impl Traffic {
         Some(ShadowCopy {
             target: shadow.target.clone(),
             answer: context.map_or_else(AnswerSent::now, RequestContext::after_answer),
+            memory: context.and_then(RequestContext::memory_pool),
         })
     }
 

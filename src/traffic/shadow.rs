@@ -9,7 +9,8 @@
 //! CPUs, or the process used more than three quarters of its CPUs over the last 50 ms: see
 //! `headroom`), or when the server is near its limit on requests in flight. The CPU checks
 //! are made again just before the copy runs, so that load that arrived while it waited turns
-//! it away. One worker runs the
+//! it away. What a copy holds is charged to the request memory budget and bounded in bytes
+//! (see `held`): a copy that does not fit either is dropped too. One worker runs the
 //! copies one at a time, each only after [`AnswerSent`] says the primary's answer (status,
 //! headers and its encoded body) has left the stack. A copy never writes to the client's
 //! shared memory, and a request with an input in shared memory is not copied at all: the
@@ -21,13 +22,14 @@ use std::sync::{Arc, OnceLock};
 use tokio::sync::mpsc;
 
 use super::headroom::Headroom;
+use super::held::{copy_bytes, QueuedBytes, Ticket, SHADOW_QUEUE_BYTES};
 use super::values::max_abs_difference;
 use crate::backend::NamedTensor;
 use crate::batcher::ValidRequest;
 use crate::metrics::{Metrics, ShadowDropReason};
 use crate::payload_log::ShadowLog;
 use crate::repository::{LoadedModel, ModelRepository};
-use crate::request::AnswerSent;
+use crate::request::{AnswerSent, MemoryHold, MemoryPool};
 use crate::version::VersionSelector;
 
 /// Copies waiting for the worker; past this, copies are dropped.
@@ -37,6 +39,15 @@ pub const SHADOW_QUEUE: usize = 64;
 pub struct ShadowCopy {
     pub target: VersionSelector,
     pub answer: AnswerSent,
+    /// The request memory budget the copy is charged to (`None`: no budget).
+    pub memory: Option<Arc<dyn MemoryPool>>,
+}
+
+/// What a queued copy has taken of the budget and of the queue's bytes, given back when the
+/// copy is done (run, compared and dropped) or dropped unrun.
+struct Held {
+    _budget: Option<MemoryHold>,
+    _queued: Ticket,
 }
 
 /// A copy ready to run once the primary's answer is out.
@@ -49,6 +60,9 @@ pub struct ShadowJob {
     primary: Vec<NamedTensor>,
     answer: AnswerSent,
     log: Option<ShadowLog>,
+    memory: Option<Arc<dyn MemoryPool>>,
+    /// Set once the copy is queued; dropped with the job.
+    held: Option<Held>,
 }
 
 /// The inputs of a sampled request, kept (by reference: tensors share their bytes) while the
@@ -95,7 +109,16 @@ impl ShadowInputs {
             primary: primary.to_vec(),
             answer: self.copy.answer,
             log: self.log,
+            memory: self.copy.memory,
+            held: None,
         }
+    }
+}
+
+impl ShadowJob {
+    /// What the copy holds at its peak (see `held`).
+    pub fn bytes(&self) -> u64 {
+        copy_bytes(&self.inputs, &self.primary)
     }
 }
 
@@ -105,6 +128,8 @@ pub struct ShadowDispatcher {
     metrics: Arc<Metrics>,
     queue: OnceLock<mpsc::Sender<ShadowJob>>,
     capacity: usize,
+    /// Bytes of the copies queued or running.
+    queued_bytes: QueuedBytes,
     /// `--max-concurrent-requests` (0: none): copies stop at 90% of it.
     concurrency_limit: usize,
     /// The CPUs the server may use: copies run only while client requests in flight are no
@@ -119,6 +144,7 @@ impl ShadowDispatcher {
             metrics,
             queue: OnceLock::new(),
             capacity: SHADOW_QUEUE,
+            queued_bytes: QueuedBytes::new(SHADOW_QUEUE_BYTES),
             concurrency_limit: 0,
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
         }
@@ -139,18 +165,37 @@ impl ShadowDispatcher {
         self
     }
 
+    /// Bounds the bytes of the copies queued or running (default [`SHADOW_QUEUE_BYTES`]).
+    pub fn with_queue_bytes(mut self, bytes: u64) -> Self {
+        self.queued_bytes = QueuedBytes::new(bytes);
+        self
+    }
+
+    /// Keeps the copies to half of a request memory budget of `total` bytes (0: none), so
+    /// that clients always have the other half whatever the copies hold.
+    pub fn with_memory_budget(self, total: u64) -> Self {
+        match total {
+            0 => self,
+            total => self.with_queue_bytes(SHADOW_QUEUE_BYTES.min(total / 2)),
+        }
+    }
+
     /// Counts a copy not made for `reason`.
     pub fn dropped(&self, model: &Arc<str>, reason: ShadowDropReason) {
         self.metrics.traffic().record_shadow_dropped(model, reason);
     }
 
-    /// Queues `job` unless the server is busy; never waits.
-    pub fn offer(&self, job: ShadowJob, primary: &LoadedModel) {
+    /// Queues `job` unless the server is busy or it does not fit; never waits.
+    pub fn offer(&self, mut job: ShadowJob, primary: &LoadedModel) {
         if self.near_limit() {
             return self.dropped(&job.model, ShadowDropReason::NearLimit);
         }
         if primary.batcher.queue_depth() > 0 || cpus_taken(&self.metrics, self.cpus) {
             return self.dropped(&job.model, ShadowDropReason::Busy);
+        }
+        match self.hold(&job) {
+            Ok(held) => job.held = Some(held),
+            Err(reason) => return self.dropped(&job.model, reason),
         }
         let queue = self.queue.get_or_init(|| self.start());
         if let Err(refused) = queue.try_send(job) {
@@ -161,6 +206,24 @@ impl ShadowDispatcher {
             };
             self.dropped(&job.model, ShadowDropReason::QueueFull);
         }
+    }
+
+    /// Takes what `job` will hold from the queue's bytes, then from the request memory
+    /// budget; why not when either has no room.
+    fn hold(&self, job: &ShadowJob) -> Result<Held, ShadowDropReason> {
+        let bytes = job.bytes();
+        let queued = self
+            .queued_bytes
+            .take(bytes)
+            .ok_or(ShadowDropReason::QueueFull)?;
+        let budget = match &job.memory {
+            Some(pool) => Some(pool.hold(bytes).map_err(|_| ShadowDropReason::Memory)?),
+            None => None,
+        };
+        Ok(Held {
+            _budget: budget,
+            _queued: queued,
+        })
     }
 
     fn near_limit(&self) -> bool {

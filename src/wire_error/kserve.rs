@@ -112,6 +112,19 @@ pub enum ParamError {
          model directory, so 'config' and 'file:' overrides cannot be applied"
     )]
     LoadOverrides { model: String, overrides: String },
+    /// `got` is the value as the server read it.
+    #[error("parameter sequence_id must be an integer or a string, got {0}")]
+    SequenceIdType(String),
+    /// A request of a sequence (KServe's sequence extension) to a model without a sequence
+    /// batcher, which would run it as if it stood alone.
+    #[error(
+        "model '{model}' is not stateful: parameter '{parameter}' is only for models with a \
+         sequence batcher (sequence_batching), and no state is kept between this model's requests"
+    )]
+    NotStateful {
+        model: String,
+        parameter: &'static str,
+    },
 }
 
 impl ParamError {

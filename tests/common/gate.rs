@@ -22,6 +22,8 @@ struct State {
     closed: bool,
     /// Runs that may pass a closed gate.
     permits: usize,
+    /// Tags of runs that may pass a closed gate, one run each.
+    tagged: Vec<f32>,
     /// Runs that reached the backend, in order, by the first value of their `x` input.
     arrivals: Vec<f32>,
     /// Runs waiting at the gate now.
@@ -67,6 +69,12 @@ impl Gate {
     /// Lets `count` more runs through a closed gate.
     pub fn release(&self, count: usize) {
         self.lock().permits += count;
+        self.changed.notify_all();
+    }
+
+    /// Lets the next run tagged `tag` through a closed gate; runs of other tags keep waiting.
+    pub fn release_tag(&self, tag: f32) {
+        self.lock().tagged.push(tag);
         self.changed.notify_all();
     }
 
@@ -120,11 +128,17 @@ impl Gate {
         }
         state.arrivals.push(tag);
         state.waiting += 1;
-        while state.closed && state.permits == 0 {
+        let tagged = |state: &State| state.tagged.iter().position(|t| *t == tag);
+        while state.closed && state.permits == 0 && tagged(&state).is_none() {
             state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
         }
         if state.closed {
-            state.permits -= 1;
+            match tagged(&state) {
+                Some(at) => {
+                    state.tagged.remove(at);
+                }
+                None => state.permits -= 1,
+            }
         }
         state.waiting -= 1;
     }

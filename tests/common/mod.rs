@@ -112,6 +112,29 @@ impl TestServer {
         inline_run_max: Duration,
         configure: impl FnOnce(ModelRepository) -> ModelRepository,
     ) -> Self {
+        Self::start_serving(
+            models,
+            batching,
+            options,
+            decorate,
+            inline_run_max,
+            configure,
+            |infer| infer,
+        )
+        .await
+    }
+
+    /// Like [`Self::start_full`], with the inference service's own settings (its shadow
+    /// queue, say) applied by `serve`.
+    pub async fn start_serving(
+        models: &str,
+        batching: BatchSettings,
+        options: ServerOptions,
+        decorate: Option<BackendDecorator>,
+        inline_run_max: Duration,
+        configure: impl FnOnce(ModelRepository) -> ModelRepository,
+        serve: impl FnOnce(InferService) -> InferService,
+    ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let loader = Loader {
             onnx: onnx_runtime(),
@@ -134,12 +157,12 @@ impl TestServer {
             .reconcile()
             .await
             .unwrap_or_else(|err| panic!("{err}"));
-        let infer = Arc::new(InferService::new(
+        let infer = Arc::new(serve(InferService::new(
             repository,
             DecodeLimits::default(),
             metrics.clone(),
             Arc::new(ShmRegistry::new(ShmPolicy::Local)),
-        ));
+        )));
         let grpc = TcpListener::bind("127.0.0.1:0").await.expect("bind gRPC");
         let rest = TcpListener::bind("127.0.0.1:0").await.expect("bind REST");
         let grpc_url = format!("http://{}", grpc.local_addr().expect("gRPC address"));

@@ -107,10 +107,13 @@ def start_server(model_dir: Path | None, log_path: Path, extra_args: list[str] |
                  program: list[str] | None = None, cwd: Path | None = None) -> Server:
     """Starts the binary serving `model_dir` and waits until it listens and (unless
     `wait_for_models` is false) until the load at start-up has settled. `prefix` is a command
-    that execs the rest (e.g. `prlimit ... --`), so the process is still the server's;
-    `preexec_fn` runs in the child before the binary starts (to lower its descriptor limit,
-    say). With `model_dir` None, neither `--model-dir` nor the port flags are passed: the
-    caller names the models and ports in `extra_args` (as a TF Serving command line does).
+    that execs the rest (e.g. `prlimit ... --`), so the process is still the server's:
+    prefer it to `preexec_fn`, which runs Python in the forked child before the binary starts
+    and, once this process has used gRPC, can abort that child (grpcio's fork handlers
+    restart its poller threads there, and the child closes the poller's descriptor before
+    exec: "Epoll1Poller ... epoll_wait error: Bad file descriptor"). With `model_dir` None,
+    neither `--model-dir` nor the port flags are passed: the caller names the models and
+    ports in `extra_args` (as a TF Serving command line does).
     `program` replaces `tensorport serve ...` with other first words (`tensorport tritonserver`,
     or a symlink named `tensorflow_model_server`): then only `extra_args` follow. The server
     runs in `cwd` (default: the repository root), where its relative paths start."""

@@ -335,7 +335,7 @@ def test_shadow_copies_are_counted_and_compared(tmp_path):
             sent = server.metric("tensorport_shadow_copies_sent_total", model="ranker")
             dropped = sum(server.metric("tensorport_shadow_copies_dropped_total", model="ranker", reason=r)
                           for r in ("queue_full", "busy", "near_limit", "shared_memory_input",
-                                    "target_unavailable"))
+                                    "target_unavailable", "memory"))
             return sent + dropped == 30
 
         server.wait_for(settled)
@@ -447,7 +447,7 @@ def test_requests_the_shadow_label_serves_get_no_copy(tmp_path):
         def copies() -> float:
             return server.metric("tensorport_shadow_copies_sent_total", model="ranker") + sum(
                 server.metric("tensorport_shadow_copies_dropped_total", model="ranker", reason=r)
-                for r in ("queue_full", "busy", "near_limit", "shared_memory_input", "target_unavailable"))
+                for r in ("queue_full", "busy", "near_limit", "shared_memory_input", "target_unavailable", "memory"))
 
         # Version 2 is the label's version: comparing it with itself would say nothing.
         for _ in range(10):

@@ -70,6 +70,7 @@ pub async fn infer(
                 output_targets,
                 priority: request.priority,
                 timeout: request.timeout,
+                sequence: request.sequence,
                 // A region (input or output) the client reuses once answered: no copy reads it.
                 client_memory: !used.is_empty(),
             })
@@ -91,7 +92,20 @@ pub async fn infer(
                 let batched = backend
                     .max_batch_size()
                     .map_or(tensor.shape().len() > 1, |max| max > 0);
-                classify(&name, &tensor, count, labels.as_deref(), batched)?
+                // The classes' text is built after the run, so it is charged to the request
+                // memory budget as it is built, and held with the answer until it is sent.
+                let mut hold = |bytes: u64| match charge.context {
+                    Some(context) => {
+                        context
+                            .hold_memory(bytes, &mut charge.held)
+                            .map_err(|source| Error::OutputMemory {
+                                output: name.clone(),
+                                source,
+                            })
+                    }
+                    None => Ok(()),
+                };
+                classify(&name, &tensor, count, labels.as_deref(), batched, &mut hold)?
             }
             None => tensor,
         };

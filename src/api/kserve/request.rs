@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::params::{param_u64, Param, Params};
 use crate::batcher::Priority;
 use crate::error::Error;
+use crate::infer::Sequence;
 use crate::request::HeldMemory;
 use crate::tensor::{DataType, Tensor};
 use crate::wire_error::ParamError;
@@ -79,6 +80,8 @@ pub struct InferRequest {
     pub priority: Priority,
     /// The `timeout` request parameter (microseconds, as Triton's clients send it).
     pub timeout: Option<Duration>,
+    /// The sequence extension's parameters, when they put the request in a sequence.
+    pub sequence: Option<Sequence>,
     /// What the decoded inputs hold beyond the body, charged to the request memory budget;
     /// passed on to the answer, and given back once it is encoded.
     pub memory: HeldMemory,

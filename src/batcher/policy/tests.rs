@@ -1,4 +1,5 @@
 use super::*;
+use crate::batcher::queue::BatchQueue;
 
 const DELAY: Duration = Duration::from_millis(10);
 

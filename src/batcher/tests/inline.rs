@@ -17,6 +17,7 @@ fn spawn_inline(
     let execution = Execution {
         instances,
         inline_max,
+        ..Execution::default()
     };
     Batcher::spawn_with("m", mock.clone(), settings, execution, telemetry)
 }

@@ -204,3 +204,44 @@ async fn a_lone_request_reaches_the_backend_by_reference() {
     doubled(handle.submit(lone).await, 1.0);
     assert_eq!(mock.runs.lock().unwrap()[0].1, address);
 }
+
+#[tokio::test(start_paused = true)]
+async fn once_the_drain_begins_queued_requests_run_without_waiting_out_the_delay() {
+    let mock = Arc::new(Mock::new(Behaviour::Double));
+    let flush = Flush::default();
+    let execution = Execution {
+        flush: flush.clone(),
+        ..Execution::default()
+    };
+    let config = settings(8, Duration::from_secs(3600));
+    let handle = Batcher::spawn_with("m", mock.clone(), &config, execution, Telemetry::default());
+    let t0 = Instant::now();
+    let queued = handle.enqueue(request(1.0, 1, 2)).unwrap();
+    // The actor queues it and sleeps until the delay runs out, an hour on.
+    tokio::task::yield_now().await;
+    assert_eq!(handle.queue_depth(), 1);
+    flush.start();
+    doubled(queued.await, 1.0);
+    // Later requests do not wait either. (The clock is paused: it moves only when every
+    // task waits on a timer, so a batch that waited for its delay would show here.)
+    let later = handle.enqueue(request(2.0, 1, 2)).unwrap();
+    doubled(later.await, 2.0);
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+    assert_eq!(batches(&mock), vec![vec![1.0], vec![2.0]]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batcher_started_after_the_drain_began_does_not_wait_either() {
+    let mock = Arc::new(Mock::new(Behaviour::Double));
+    let flush = Flush::default();
+    flush.start();
+    let execution = Execution {
+        flush,
+        ..Execution::default()
+    };
+    let config = settings(8, Duration::from_secs(3600));
+    let handle = Batcher::spawn_with("m", mock.clone(), &config, execution, Telemetry::default());
+    let t0 = Instant::now();
+    doubled(handle.enqueue(request(1.0, 1, 2)).unwrap().await, 1.0);
+    assert_eq!(t0.elapsed(), Duration::ZERO);
+}

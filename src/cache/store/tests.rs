@@ -14,7 +14,12 @@ fn answer(bytes: usize) -> Vec<NamedTensor> {
 
 /// What one entry of `answer(bytes)` under a key of `key_len` bytes is charged.
 fn charge(key_len: usize, bytes: usize) -> u64 {
-    ENTRY_OVERHEAD + TENSOR_OVERHEAD + 1 + 8 + (key_len + bytes) as u64
+    ENTRY_OVERHEAD
+        + TENSOR_OVERHEAD
+        + allocation(1)
+        + allocation(8)
+        + allocation(key_len as u64)
+        + allocation(bytes as u64)
 }
 
 fn key(hash: u64, text: &str) -> RequestKey {
@@ -86,7 +91,8 @@ fn the_bytes_held_never_pass_the_capacity() {
 fn an_answer_larger_than_the_store_is_not_kept() {
     let store = ResponseStore::new(charge(1, 100));
     assert!(store.insert(1, key(1, "a"), &answer(100)));
-    assert!(!store.insert(1, key(2, "b"), &answer(101)));
+    // The next size the allocator gives a block (a byte more rounds to the same block).
+    assert!(!store.insert(1, key(2, "b"), &answer(100 + 16)));
     // Refusing it evicted nothing.
     assert!(store.get(&key(1, "a")).is_some());
     assert_eq!(store.usage().evictions, 0);
@@ -136,4 +142,41 @@ fn a_stored_answer_is_a_copy_of_the_outputs() {
         .map(|b| b.as_ptr());
     assert!(stored_ptr.is_some());
     assert_ne!(stored_ptr, original_ptr);
+}
+
+#[test]
+fn allocations_are_charged_as_malloc_rounds_them() {
+    assert_eq!(allocation(0), 0);
+    // The smallest block, for one byte as for 24.
+    assert_eq!(allocation(1), 32);
+    assert_eq!(allocation(24), 32);
+    assert_eq!(allocation(25), 48);
+    // A mapping of its own, in whole pages, header included.
+    assert_eq!(allocation(MMAP_THRESHOLD), MMAP_THRESHOLD + PAGE);
+    assert_eq!(
+        allocation(MMAP_THRESHOLD - 16 + PAGE),
+        MMAP_THRESHOLD + PAGE
+    );
+}
+
+#[test]
+fn a_string_answer_is_held_in_one_buffer_and_charged_what_it_holds() {
+    let elements = 40_000;
+    let strings = vec![Bytes::from_static(b"x"); elements];
+    let tensor = Tensor::strings(vec![elements], strings).unwrap_or_else(|e| panic!("{e}"));
+    let store = ResponseStore::new(64 << 20);
+    assert!(store.insert(1, key(1, "a"), &[("y".to_owned(), tensor)]));
+    let stored = store.get(&key(1, "a")).unwrap_or_else(|| panic!("stored"));
+    let strings = stored[0].1.string_elements().unwrap_or_default();
+    assert_eq!(strings.len(), elements);
+    assert!(strings.iter().all(|s| s == b"x"));
+    // Packed: its elements are one buffer's bytes, not a handle each.
+    assert!(strings.clone().into_handles().is_err());
+    // The elements' bytes and an offset each, not 32 bytes of handle and a block each.
+    let charged = store.usage().bytes;
+    let packed = allocation(elements as u64) + allocation(8 * (elements as u64 + 1));
+    assert_eq!(
+        charged,
+        ENTRY_OVERHEAD + allocation(1) + TENSOR_OVERHEAD + allocation(1) + allocation(8) + packed
+    );
 }

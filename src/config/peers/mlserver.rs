@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 
 use super::super::error::ConfigError;
 use super::translated::Translated;
+use crate::repository::{read_text_trusted, OPERATOR_FILE};
 
 /// The name of MLServer's binary, and this binary's subcommand for it.
 pub const MLSERVER_PROGRAM: &str = "mlserver";
@@ -209,10 +210,12 @@ pub fn translate(
 fn read_settings(folder: &Path) -> Result<Settings, ConfigError> {
     let path = folder.join(SERVER_SETTINGS_FILE);
     let shown = path.display().to_string();
-    let text = match std::fs::read_to_string(&path) {
+    // It sits in the model repository: read as a regular file within a cap, so that a FIFO
+    // or a device there is refused rather than waited on or read without end.
+    let text = match read_text_trusted(&path, OPERATOR_FILE) {
         Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Settings::new()),
-        Err(err) => return Err(refuse(&shown, format!("cannot read it: {err}"))),
+        Err(err) if err.is_not_found() => return Ok(Settings::new()),
+        Err(err) => return Err(refuse(&shown, err.to_string())),
     };
     let object: Map<String, Value> =
         serde_json::from_str(&text).map_err(|err| refuse(&shown, err.to_string()))?;

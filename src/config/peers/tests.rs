@@ -372,6 +372,42 @@ fn explicit_mode_loads_only_the_named_models_at_start() -> Result<(), ConfigErro
 }
 
 #[test]
+fn only_tritons_explicit_mode_lets_clients_load_and_unload() -> Result<(), ConfigError> {
+    let lines: &[(&[&str], bool)] = &[
+        (&[], false),
+        (&["--model-control-mode=none"], false),
+        (&["--model-control-mode=poll"], false),
+        (
+            &["--model-control-mode=POLL", "--repository-poll-secs=5"],
+            false,
+        ),
+        (&["--model-control-mode=explicit"], true),
+        (
+            &["--model-control-mode", "EXPLICIT", "--load-model=a"],
+            true,
+        ),
+    ];
+    for (flags, open) in lines {
+        let mut line = vec!["tritonserver", "--model-repository={dir}"];
+        line.extend(flags.iter());
+        assert_eq!(serve(&line)?.models.model_control_api, *open, "{line:?}");
+    }
+    // TF Serving's reload-config is open, as it is there; and so is `serve`'s default.
+    let tf_serving = serve(&["tensorflow_model_server", "--model_base_path={dir}"])?;
+    assert!(tf_serving.models.model_control_api);
+    let ours = serve(&["tensorport", "serve", "--model-dir={dir}"])?;
+    assert!(ours.models.model_control_api);
+    let closed = serve(&[
+        "tensorport",
+        "serve",
+        "--model-dir={dir}",
+        "--model-control-api=false",
+    ])?;
+    assert!(!closed.models.model_control_api);
+    Ok(())
+}
+
+#[test]
 fn values_that_cannot_be_honoured_are_refused_saying_why() {
     let refused: &[(&[&str], &str)] = &[
         (

@@ -1,6 +1,7 @@
 //! Triton's flags whose values need translating (the `code` rows of tritonserver_flags.txt),
 //! and Triton's defaults: HTTP on 8000, gRPC on 8001, metrics on 8002, strict readiness, and
-//! model control mode `none` (every model loads at start; the repository is not polled).
+//! model control mode `none` (every model loads at start; the repository is not polled; the
+//! load and unload APIs are refused).
 
 use super::super::error::ConfigError;
 use super::command::Given;
@@ -129,21 +130,32 @@ fn repository(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
 
 /// `--model-control-mode`: none loads everything at start and never polls; poll polls every
 /// `--repository-poll-secs`; explicit loads the `--load-model` models at start and the others
-/// only on the load API.
+/// only on the load API. Only explicit lets clients load and unload: in the other two, Triton
+/// refuses both (UNAVAILABLE), so an operator who chose them has fixed what is served.
 fn model_control(given: &Given, out: &mut Translated) -> Result<(), ConfigError> {
     let mode = given
         .last("model-control-mode")
         .unwrap_or("none")
         .to_ascii_lowercase();
     match mode.as_str() {
-        "none" if given.contains("model-control-mode") => out.set("model-poll-secs", "0"),
-        "none" => out.peer_default("model-poll-secs", Some("0")),
-        "poll" => out.set(
-            "model-poll-secs",
-            given.last("repository-poll-secs").unwrap_or(POLL_SECS),
-        ),
+        "none" if given.contains("model-control-mode") => {
+            out.set("model-poll-secs", "0");
+            out.set("model-control-api", "false");
+        }
+        "none" => {
+            out.peer_default("model-poll-secs", Some("0"));
+            out.peer_default("model-control-api", Some("false"));
+        }
+        "poll" => {
+            out.set(
+                "model-poll-secs",
+                given.last("repository-poll-secs").unwrap_or(POLL_SECS),
+            );
+            out.set("model-control-api", "false");
+        }
         "explicit" => {
             out.set("model-poll-secs", "0");
+            out.set("model-control-api", "true");
             let names = given.all("load-model");
             if names.iter().any(|name| name == "*") {
                 if names.len() > 1 {

@@ -7,7 +7,7 @@ use super::params::params;
 use crate::api::kserve::classification::class_count;
 use crate::api::kserve::codec;
 use crate::api::kserve::infer::infer;
-use crate::api::kserve::params::scheduling_params;
+use crate::api::kserve::params::{scheduling_params, sequence_params};
 use crate::api::kserve::raw_input::raw_input;
 use crate::api::kserve::request::{
     InferRequest, InferResponse, InputData, InputRequest, OutputRequest, ShmRef,
@@ -80,7 +80,9 @@ fn decode_request(
         }
         .into());
     }
-    let (priority, timeout) = scheduling_params(&params(&request.parameters))?;
+    let request_params = params(&request.parameters);
+    let (priority, timeout) = scheduling_params(&request_params)?;
+    let sequence = sequence_params(&request_params)?;
     let outputs = request
         .outputs
         .into_iter()
@@ -103,6 +105,7 @@ fn decode_request(
         binary_by_default: false,
         priority,
         timeout,
+        sequence,
         memory,
     })
 }

@@ -226,6 +226,8 @@ impl GrpcInferenceService for KserveGrpc {
     ) -> Result<Response<pb::RepositoryModelLoadResponse>, Status> {
         name_model(&request, &request.get_ref().model_name);
         let request = request.into_inner();
+        // Where clients may not load, that is the answer, whatever the load would have carried.
+        self.service.repository().check_client_control()?;
         refuse_load_overrides(&request.model_name, request.parameters.keys())?;
         self.service
             .repository()

@@ -14,7 +14,7 @@ use crate::api::json;
 use crate::api::json::decode::{decode_flat, decode_flat_unparsed};
 use crate::api::kserve::classification::class_count;
 use crate::api::kserve::codec;
-use crate::api::kserve::params::{param_bool, scheduling_params, Param, Params};
+use crate::api::kserve::params::{param_bool, scheduling_params, sequence_params, Param, Params};
 use crate::api::kserve::raw_input::raw_input;
 use crate::api::kserve::request::{InferRequest, InputData, InputRequest, OutputRequest, ShmRef};
 use crate::error::Error;
@@ -172,6 +172,7 @@ fn decode_request(
     }
     let all_binary = param_bool(&request_params, "binary_data_output")?;
     let (priority, timeout) = scheduling_params(&request_params)?;
+    let sequence = sequence_params(&request_params)?;
     let outputs = match small(request.outputs) {
         None => Vec::new(),
         Some(Value::Array(outputs)) => outputs
@@ -189,6 +190,7 @@ fn decode_request(
         binary_by_default: all_binary,
         priority,
         timeout,
+        sequence,
         memory,
     })
 }

@@ -52,6 +52,8 @@ pub(super) async fn load(
     Payload(body): Payload,
 ) -> Reply {
     let params = check_repository_body(&body)?;
+    // Where clients may not load, that is the answer, whatever the load would have carried.
+    s.repository().check_client_control().map_err(Error::from)?;
     refuse_load_overrides(&name, params.keys())?;
     s.repository()
         .load_model(&name)

@@ -59,6 +59,8 @@ impl ModelService for TfServingGrpc {
         &self,
         request: Request<ReloadConfigRequest>,
     ) -> Result<Response<ReloadConfigResponse>, Status> {
+        // Refused before the list is read, where clients may not change the models.
+        self.infer.repository().check_client_control()?;
         let config = request
             .into_inner()
             .config
@@ -75,10 +77,9 @@ impl ModelService for TfServingGrpc {
             return Err(Error::from(TfServingRequestError::EmptyModelConfigList).into());
         }
         let repository = self.infer.repository();
-        let models = served_models(list, |name, base_path| {
-            repository.model_path(name, base_path)
-        })?;
-        repository.serve_only(models).await?;
+        // The list came over the network: its paths are confined (see `ListPaths`).
+        let models = served_models(list, repository)?;
+        repository.reload_config(models).await?;
         Ok(Response::new(ReloadConfigResponse {
             status: Some(StatusProto {
                 error_code: crate::proto::tensorflow::error::Code::Ok as i32,
