@@ -5,8 +5,8 @@ revision's, alternated in rounds within one run. `make bench-compare BASE=<rev>`
 On a shared machine a 3% step is noise between two runs minutes apart; between two servers
 that run side by side and are measured one after the other, round after round, the machine
 moves both alike. So both builds serve the same folder at the same time (each idle while the
-other is measured), every cell is measured base, head, base, head... and each round's ratio is
-printed beside the median of the rounds. Beside throughput and latency, each server's CPU per
+other is measured), each round starts both afresh and measures every cell on both, who goes
+first alternating, and each round's ratio is printed beside the median of the rounds. Beside throughput and latency, each server's CPU per
 inference (user + system from /proc over the cell's warm-up and measured seconds, inferences
 from its own statistics): load moves it far less than throughput, so it is the figure to trust
 first when the two disagree.
@@ -133,28 +133,34 @@ def measure_cell(args, cell: bt.Cell, setup: bt.Setup, side: Side, cpu: str | No
 
 
 def run(args, cells: list[bt.Cell], sides: list[Side], work: Path, results: list[dict]) -> None:
+    """Each round starts both servers afresh (in turn, who starts first), measures every cell
+    of a setup on both (in turn, who goes first) and stops them: a server process carries
+    biases of its own (where its arenas and the model landed), which an A/A run of one binary
+    against itself shows at about 5% when both servers live through every round."""
     files = bt.write_model_files(work)
     for setup_name in dict.fromkeys(c.setup for c in cells):
         setup = bt.SETUPS[setup_name]
         pinned = setup.pinned and not args.unpinned
         server_cpu = bench.SERVER_CPU if pinned else None
         client_cpu = bench.CLIENT_CPU if pinned else None
-        try:
-            for side in sides:
-                start(side, setup, work, files, server_cpu)
-            for cell in (c for c in cells if c.setup == setup_name):
-                for round_ in range(1, args.rounds + 1):
-                    for side in sides:
+        for round_ in range(1, args.rounds + 1):
+            order = sides if round_ % 2 else sides[::-1]
+            round_work = work / f"round-{round_}"
+            try:
+                for side in order:
+                    start(side, setup, round_work, files, server_cpu)
+                for cell in (c for c in cells if c.setup == setup_name):
+                    for side in order:
                         result = measure_cell(args, cell, setup, side, client_cpu)
                         results.append({"build": side.name, "round": round_, "cell": cell.name,
                                         "pinned": pinned, **result})
                         print(f"  {cell.name} round {round_} {side.name}: {bt.summary(cell, result)}, CPU "
                               f"{fmt_cpu(result)} us/inference", flush=True)
-        finally:
-            for side in sides:
-                if side.server is not None:
-                    side.server.stop()
-                    side.server = None
+            finally:
+                for side in sides:
+                    if side.server is not None:
+                        side.server.stop()
+                        side.server = None
 
 
 def fmt_cpu(result: dict) -> str:
